@@ -1,0 +1,17 @@
+"""Scalable variational Gaussian-process priors for NumPyro."""
+from . import kernels, likelihoods
+from .distributions import ExpectedLikelihood
+from .features import InducingPoints, Kuf, Kuu
+from .kernels import RBF, Matern12, Matern32, Matern52, Product, SquaredExponential, Sum
+from .likelihoods import Bernoulli, Gaussian, Poisson, Softmax, StudentT
+from .linalg import CholeskyError, cholesky
+from .models import GPModel
+from .priors import GPPrior
+from .svgp import SVGP
+
+__all__ = [
+    "Bernoulli", "CholeskyError", "ExpectedLikelihood", "GPModel", "GPPrior", "Gaussian",
+    "InducingPoints", "Kuf", "Kuu", "Matern12", "Matern32", "Matern52", "Poisson", "Product",
+    "RBF", "SVGP", "Softmax", "SquaredExponential", "StudentT", "Sum", "cholesky", "kernels",
+    "likelihoods",
+]

@@ -1,0 +1,46 @@
+"""Cholesky factorisation with jitter escalation."""
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from sparsegp_common.messages import cholesky_failed
+
+from .checks import concrete
+
+
+class CholeskyError(RuntimeError):
+    """A covariance matrix could not be factorised even after jitter escalation."""
+
+
+def cholesky(A, jitter=1e-6, max_tries=3, dtype=None):
+    """Lower Cholesky factor of ``A + jitter * I``, shape ``(..., M, M)``.
+
+    On failure the jitter is multiplied by 10 up to ``max_tries`` times before a
+    :class:`CholeskyError` is raised. Under ``jit``/``grad`` tracing the retries are nested
+    ``lax.cond`` and a final failure returns NaN (so the loss becomes NaN) instead of raising: a
+    host callback to raise would cost about as much as the rest of a small SVI step. ``dtype``
+    (e.g. ``jnp.float64``, which needs ``jax_enable_x64``) factorises in another precision and
+    returns the factor in the dtype of ``A``.
+    """
+    if dtype is not None and jnp.dtype(dtype) == jnp.float64 and not jax.config.jax_enable_x64:
+        raise ValueError(f"cholesky_dtype={jnp.dtype(dtype).name} needs jax.config.update('jax_enable_x64', True)")
+    work = A if dtype is None else A.astype(dtype)
+    eye = jnp.eye(A.shape[-1], dtype=work.dtype)
+    base = jitter if jitter > 0 else float(jnp.finfo(work.dtype).eps)
+    levels = [jitter] + [base * 10.0**i for i in range(1, max_tries + 1)]
+
+    message = cholesky_failed(A.shape, work.dtype, levels[-1])
+    if concrete(work):  # eager: plain retries
+        for level in levels:
+            L = jnp.linalg.cholesky(work + level * eye)
+            if bool(jnp.all(jnp.isfinite(L))):
+                return L.astype(A.dtype)
+        raise CholeskyError(message)
+
+    def attempt(i):
+        L = jnp.linalg.cholesky(work + levels[i] * eye)
+        if i == max_tries:
+            return L
+        return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, lambda: attempt(i + 1))
+
+    return attempt(0).astype(A.dtype)

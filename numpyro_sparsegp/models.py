@@ -1,0 +1,84 @@
+"""A stand-alone GP model: a prior component observed through a likelihood."""
+import numpyro
+
+from . import checks
+from .distributions import ExpectedLikelihood
+from .priors import GPPrior
+
+
+class GPModel:
+    """``y_n ~ likelihood(f(x_n))`` with ``f`` from a :class:`~numpyro_sparsegp.priors.GPPrior`.
+
+    ``model``/``guide`` form a NumPyro model/guide pair whose ELBO is the uncollapsed sparse-GP
+    bound ``(N / B) * sum_batch E_q[log p(y_n | f_n)] - KL[q(u) || p(u)]``, with the data term in
+    closed form (Gaussian, Poisson-exp) or by quadrature, so the loss is deterministic for
+    those likelihoods. It works with ``Trace_ELBO`` and ``TraceMeanField_ELBO``.
+
+    Args:
+        prior: the GP prior component (e.g. :class:`~numpyro_sparsegp.SVGP`).
+        likelihood: a :class:`~numpyro_sparsegp.likelihoods.Likelihood`; its parameters are
+            cast to the dtype of the prior.
+        num_data: size of the full data set when ``model`` is given external minibatches; by
+            default the length of ``X``.
+
+    Sites: the prior's ``<name>.u`` and ``<name>.kl``, the plate ``data`` and the observed site ``y``.
+    """
+
+    def __init__(self, prior, likelihood, num_data=None):
+        if not isinstance(prior, GPPrior):
+            raise TypeError(f"prior must be a GPPrior, got {type(prior).__name__}")
+        if prior.num_latent != likelihood.num_latent:
+            raise ValueError(
+                f"the likelihood needs num_latent={likelihood.num_latent} latent functions but the "
+                f"prior has num_latent={prior.num_latent}"
+            )
+        self.num_data = None if num_data is None else checks.positive_int(num_data, "num_data")
+        self.prior, self.likelihood = prior, likelihood.to(prior.first_parameter().dtype)
+
+    def _data(self, X, y):
+        X = checks.inputs(X, "X", self.prior.input_dim)
+        if self.num_data is not None and X.shape[0] > self.num_data:
+            raise ValueError(f"X has {X.shape[0]} rows, more than num_data={self.num_data}")
+        if y is not None:
+            y = checks.same_length(self.likelihood.check_y(y, like=X), X.shape[0])
+        return X, y
+
+    def _plate(self, n, subsample_size):
+        """The data plate and a function selecting the rows of the batch it draws."""
+        N = self.num_data or n
+        if N == n:
+            plate = numpyro.plate("data", n, subsample_size=subsample_size, dim=-1)
+            full = subsample_size is None or subsample_size == n
+            return plate, (lambda a, idx: a) if full else (lambda a, idx: None if a is None else a[idx])
+        if subsample_size is None:  # X is already a minibatch
+            plate = numpyro.plate("data", N, subsample_size=n, dim=-1)
+            return plate, lambda a, idx: a
+        raise ValueError(f"subsample_size needs the full data set, but X has {n} rows and num_data={N}")
+
+    def model(self, X, y=None, subsample_size=None):
+        """Args: X ``(N, D)``; y ``(N,)`` or None to sample; subsample_size: minibatch size.
+        Returns the observations (sampled or ``y``) of the batch."""
+        X, y = self._data(X, y)
+        plate, select = self._plate(X.shape[0], subsample_size)
+        prior, likelihood = self.prior.bind(), self.likelihood.bind()
+        posterior = prior.posterior()
+        prior._sample_globals(posterior, guide=False)
+        with plate as idx:
+            mean, var, yb = *posterior.marginals(select(X, idx)), select(y, idx)
+            return numpyro.sample("y", ExpectedLikelihood(likelihood, mean, var, obs=yb), obs=yb)
+
+    def guide(self, X, y=None, subsample_size=None):
+        prior = self.prior.bind()
+        prior._sample_globals(prior.posterior(), guide=True)
+
+    def elbo(self, X, y, key=None):
+        """The bound itself (full batch), as a differentiable scalar (``key`` for Monte Carlo likelihoods)."""
+        X, y = self._data(X, y)
+        prior, likelihood = self.prior.bind(), self.likelihood.bind()
+        posterior = prior.posterior()
+        mean, var = posterior.marginals(X)
+        scale = (self.num_data or X.shape[0]) / X.shape[0]
+        return scale * likelihood.expected_log_prob(y, mean, var, key=key).sum() - posterior.kl()
+
+    def predict_f(self, X, full_cov=False):
+        return self.prior.predict_f(X, full_cov=full_cov)

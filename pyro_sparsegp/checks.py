@@ -1,0 +1,67 @@
+"""Input validation: clear ``TypeError``/``ValueError`` messages that name the argument."""
+import numbers
+
+import torch
+
+
+def as_tensor(value, name, like=None):
+    """Convert an array-like to a floating tensor (dtype/device of ``like`` when given)."""
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    else:
+        try:
+            kwargs = {} if like is None else {"dtype": like.dtype, "device": like.device}
+            tensor = torch.as_tensor(value, **kwargs)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise TypeError(f"{name} must be a tensor or array-like of numbers, got {type(value).__name__}") from e
+    if tensor.dtype == torch.bool or tensor.is_complex():
+        raise TypeError(f"{name} must be real-valued, got dtype {tensor.dtype}")
+    if like is not None:
+        return tensor.to(dtype=like.dtype, device=like.device)
+    if not tensor.is_floating_point():
+        tensor = tensor.to(torch.get_default_dtype())
+    return tensor
+
+
+def finite(tensor, name):
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return tensor
+
+
+def positive(value, name, like=None):
+    """A hyperparameter that must be strictly positive (and finite)."""
+    tensor = finite(as_tensor(value, name, like), name)
+    if not bool((tensor > 0).all()):
+        raise ValueError(f"{name} must be positive, got {tensor.detach().cpu().numpy()}")
+    return tensor
+
+
+def inputs(X, name="X", input_dim=None):
+    """Inputs as an (N, D) tensor; 1-D inputs are read as (N, 1)."""
+    X = finite(as_tensor(X, name), name)
+    if X.dim() == 1:
+        X = X.unsqueeze(-1)
+    if X.dim() != 2:
+        raise ValueError(f"{name} must have shape (N, D), got {tuple(X.shape)}")
+    if input_dim is not None and X.shape[-1] != input_dim:
+        raise ValueError(f"{name} has {X.shape[-1]} input dimensions but the model expects {input_dim}")
+    return X
+
+
+def same_length(y, n, name="y", other="X"):
+    if y.shape[0] != n:
+        raise ValueError(f"{name} has length {y.shape[0]} but {other} has {n} rows")
+    return y
+
+
+def integer_valued(y, name):
+    if not bool((y == torch.round(y)).all()):
+        raise ValueError(f"{name} must hold integers")
+    return y
+
+
+def positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

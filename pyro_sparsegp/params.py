@@ -1,0 +1,46 @@
+"""Parameter handling: ``Parameterized`` modules whose parameters live in Pyro's param store.
+
+Every library object with learnable quantities is a :class:`pyro.nn.PyroModule`; its parameters
+are named ``<module name>.<attribute>`` (for instance ``gp.kernel.lengthscale``), exactly like
+the parameter sites of the NumPyro backend.
+"""
+import contextlib
+import warnings
+
+import pyro
+from pyro.nn import PyroModule, PyroParam
+from torch.distributions import constraints
+
+
+class Parameterized(PyroModule):
+    """A :class:`~pyro.nn.PyroModule` with a helper to declare constrained parameters."""
+
+    def __init__(self, name=""):
+        super().__init__(name)
+        if name and any(key.startswith(name + ".") for key in pyro.get_param_store().keys()):
+            warnings.warn(
+                f"Pyro's param store already holds parameters named '{name}.*' (from an earlier "
+                f"model?); they will replace this new module's values. Call "
+                "pyro.clear_param_store() first, or give the module another name.",
+                stacklevel=3,
+            )
+
+    def _param(self, name, value, constraint=constraints.real):
+        setattr(self, name, PyroParam(value, constraint=constraint))
+
+    @property
+    def name(self):
+        return self._pyro_name
+
+    def first_parameter(self):
+        """A parameter whose dtype and device the rest of a model follows."""
+        return next(self.parameters())
+
+
+@contextlib.contextmanager
+def active(*modules):
+    """Register the modules' parameters with the param store while inside, as ``pyro_method`` does."""
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(module._pyro_context)
+        yield

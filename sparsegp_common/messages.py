@@ -1,0 +1,12 @@
+"""Error texts shared by both backends."""
+
+
+def cholesky_failed(shape, dtype, jitter):
+    return (
+        f"Cholesky factorisation of a {tuple(shape)} matrix in {dtype} failed even after "
+        f"adding jitter {jitter:.1e} to its diagonal: the matrix is not numerically positive "
+        "definite. Things to try: factorise in double precision (cholesky_dtype=float64, or "
+        "train in float64); standardise the inputs X; remove duplicate or near-duplicate "
+        "inducing points; raise `jitter`; lower the learning rate (NaN hyperparameters also "
+        "end here)."
+    )

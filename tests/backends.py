@@ -1,0 +1,152 @@
+"""The same test code drives both backends through these small adapters (NumPy in, NumPy out)."""
+KERNELS = {"rbf": "SquaredExponential", "matern12": "Matern12", "matern32": "Matern32", "matern52": "Matern52"}
+
+
+class Backend:
+    def kernel(self, name, lengthscale, variance):
+        """A kernel with float64 hyperparameters (Pyro's defaults follow torch's default dtype)."""
+        return getattr(self.lib, KERNELS[name])(lengthscale=self.array(lengthscale), variance=variance)
+
+    def svgp(self, Z, kernel=("rbf", [0.8], 1.3), q_mu=None, q_sqrt=None, name="gp", **options):
+        """An SVGP on ``Z`` with the given (constrained) variational parameters."""
+        gp = self.lib.SVGP(self.kernel(*kernel), self.array(Z), name=name, **options)
+        values = {k: v for k, v in (("q_mu", q_mu), ("q_sqrt", q_sqrt)) if v is not None}
+        return self.set(gp, **values)
+
+import jax
+import numpy as np
+import numpyro
+import pyro
+import torch
+from numpyro import handlers
+
+
+class PyroBackend(Backend):
+    name = "pyro"
+
+    def __init__(self):
+        import pyro_sparsegp
+
+        self.lib = pyro_sparsegp
+
+    def reset(self, seed=0):
+        pyro.clear_param_store()
+        pyro.set_rng_seed(seed)
+
+    def array(self, x, dtype=np.float64):
+        return torch.as_tensor(np.asarray(x, dtype=dtype))
+
+    def numpy(self, x):
+        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+    def set(self, obj, **values):
+        """Set (constrained) parameter values of a module."""
+        for name, value in values.items():
+            setattr(obj, name, self.array(value))
+        return obj
+
+    def bound(self, obj):
+        """The object with parameters readable as attributes."""
+        return obj
+
+    def expected_log_prob(self, lik, y, mean, var, seed=0):
+        torch.manual_seed(seed)
+        return self.numpy(lik.expected_log_prob(self.array(y), self.array(mean), self.array(var)))
+
+    def loss(self, model, guide, *args, mean_field=False, num_particles=1, seed=0, **kwargs):
+        """-ELBO estimate of Pyro's Trace_ELBO / TraceMeanField_ELBO."""
+        pyro.set_rng_seed(seed)
+        elbo_cls = pyro.infer.TraceMeanField_ELBO if mean_field else pyro.infer.Trace_ELBO
+        return float(elbo_cls(num_particles=num_particles).loss(model, guide, *args, **kwargs))
+
+    def predict(self, model, X, params):
+        """Predictive moments with trained ``params`` (the param store already holds them)."""
+        return tuple(self.numpy(a).astype(float) for a in model.predict_f(X))
+
+    def losses(self, model, guide, *args, replicates, mean_field=False, **kwargs):
+        """-ELBO estimates from ``replicates`` independent seeds."""
+        return np.array([self.loss(model, guide, *args, mean_field=mean_field, seed=s, **kwargs) for s in range(replicates)])
+
+    def trace(self, fn, *args, seed=0, **kwargs):
+        pyro.set_rng_seed(seed)
+        return pyro.poutine.trace(fn).get_trace(*args, **kwargs).nodes
+
+    def train(self, model, guide, args, steps, lr, mean_field=False, seed=0, kwargs=None):
+        self.reset(seed)
+        elbo = pyro.infer.TraceMeanField_ELBO() if mean_field else pyro.infer.Trace_ELBO()
+        svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
+        losses = [svi.step(*args, **(kwargs or {})) for _ in range(steps)]
+        return losses, {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
+
+
+class NumPyroBackend(Backend):
+    name = "numpyro"
+
+    def __init__(self):
+        import numpyro_sparsegp
+
+        self.lib = numpyro_sparsegp
+        self._seed = 0
+
+    def reset(self, seed=0):
+        self._seed = seed
+
+    def array(self, x, dtype=np.float64):
+        return jax.numpy.asarray(np.asarray(x, dtype=dtype))
+
+    def numpy(self, x):
+        return np.asarray(x)
+
+    def set(self, obj, **values):
+        for name, value in values.items():
+            setattr(obj, name, self.array(value))
+        return obj
+
+    def bound(self, obj):
+        return obj.bind()
+
+    def expected_log_prob(self, lik, y, mean, var, seed=0):
+        key = jax.random.PRNGKey(seed)
+        return self.numpy(lik.bind().expected_log_prob(self.array(y), self.array(mean), self.array(var), key=key))
+
+    def loss(self, model, guide, *args, mean_field=False, num_particles=1, seed=0, **kwargs):
+        elbo_cls = numpyro.infer.TraceMeanField_ELBO if mean_field else numpyro.infer.Trace_ELBO
+        elbo = elbo_cls(num_particles=num_particles)
+        key = jax.random.PRNGKey(seed)
+        params = _params(model, guide, key, args, kwargs)
+        return float(elbo.loss(key, params, model, guide, *args, **kwargs))
+
+    def predict(self, model, X, params):
+        mean, var = handlers.substitute(model.predict_f, data=params)(X)
+        return np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+
+    def losses(self, model, guide, *args, replicates, mean_field=False, **kwargs):
+        """-ELBO estimates from ``replicates`` independent keys, in one jit-compiled, vmapped call
+        (hundreds of eager calls would compile hundreds of programs)."""
+        elbo = (numpyro.infer.TraceMeanField_ELBO if mean_field else numpyro.infer.Trace_ELBO)()
+        params = _params(model, guide, jax.random.PRNGKey(0), args, kwargs)
+        loss = jax.jit(jax.vmap(lambda key: elbo.loss(key, params, model, guide, *args, **kwargs)))
+        return np.asarray(loss(jax.random.split(jax.random.PRNGKey(1), replicates)))
+
+    def trace(self, fn, *args, seed=0, **kwargs):
+        return handlers.trace(handlers.seed(fn, jax.random.PRNGKey(seed))).get_trace(*args, **kwargs)
+
+    def train(self, model, guide, args, steps, lr, mean_field=False, seed=0, kwargs=None):
+        elbo = numpyro.infer.TraceMeanField_ELBO() if mean_field else numpyro.infer.Trace_ELBO()
+        svi = numpyro.infer.SVI(model, guide, numpyro.optim.Adam(lr), elbo)
+        result = svi.run(jax.random.PRNGKey(seed), steps, *args, progress_bar=False, **(kwargs or {}))
+        return np.asarray(result.losses), {k: np.asarray(v) for k, v in result.params.items()}
+
+
+def _params(model, guide, key, args, kwargs):
+    """Initial (constrained) values of the param sites of model and guide."""
+    params = {}
+    for fn in (guide, model):
+        tr = handlers.trace(handlers.seed(fn, key)).get_trace(*args, **kwargs)
+        for name, site in tr.items():
+            if site["type"] == "param":
+                params.setdefault(name, site["value"])
+    return params
+
+
+BACKENDS = {"pyro": PyroBackend, "numpyro": NumPyroBackend}

@@ -1,0 +1,28 @@
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one thread per worker: oversubscribed torch threads spin
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    import torch
+
+    torch.set_num_threads(1)
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from backends import BACKENDS  # noqa: E402
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request):
+    """Each test taking ``backend`` runs once per backend (``pyro`` and ``numpyro``)."""
+    b = BACKENDS[request.param]()
+    b.reset()
+    return b
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)

@@ -1,0 +1,172 @@
+"""Dense float64 NumPy reference, shared by the tests of both backends.
+
+Written from the textbook formulas with dense inverses and determinants, independently of the
+library's Cholesky/whitening code paths.
+"""
+import math
+
+import numpy as np
+from scipy import integrate, special, stats
+
+# ---------------------------------------------------------------- kernels
+
+
+def scaled_sqdist(X, Z, lengthscale):
+    ls = np.atleast_1d(lengthscale)
+    d = (X[:, None, :] - Z[None, :, :]) / ls
+    return (d**2).sum(-1)
+
+
+def kernel(name, X, Z, lengthscale, variance):
+    r = np.sqrt(scaled_sqdist(X, Z, lengthscale))
+    if name == "rbf":
+        return variance * np.exp(-0.5 * r**2)
+    if name == "matern12":
+        return variance * np.exp(-r)
+    if name == "matern32":
+        return variance * (1 + math.sqrt(3) * r) * np.exp(-math.sqrt(3) * r)
+    if name == "matern52":
+        return variance * (1 + math.sqrt(5) * r + 5 * r**2 / 3) * np.exp(-math.sqrt(5) * r)
+    raise ValueError(name)
+
+
+def spectral_density(name, omega, lengthscale, variance):
+    """Isotropic densities in the convention s = (2 pi)^(D/2) S, kappa(tau) = int S(w) e^(i w tau) dw."""
+    D = omega.shape[-1]
+    w = np.linalg.norm(omega, axis=-1)
+    if name == "rbf":
+        S = variance * (lengthscale**2 / (2 * np.pi)) ** (D / 2) * np.exp(-0.5 * lengthscale**2 * w**2)
+    else:
+        nu = {"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}[name]
+        lam = math.sqrt(2 * nu) / lengthscale  # Rasmussen & Williams eq. 4.15
+        c = math.gamma(nu + D / 2) / (math.gamma(nu) * math.pi ** (D / 2))
+        S = variance * c * lam ** (2 * nu) * (lam**2 + w**2) ** (-(nu + D / 2))
+    return (2 * np.pi) ** (D / 2) * S
+
+
+def bochner_1d(density, tau):
+    """``(2 pi)^(-1/2) * integral s(w) cos(w tau) dw`` for a 1-D spectral density."""
+    if tau == 0:
+        value, _ = integrate.quad(density, 0, np.inf, limit=500)
+    else:  # QAWF: Fourier integral on [0, inf)
+        value, _ = integrate.quad(density, 0, np.inf, weight="cos", wvar=tau, limlst=200)
+    return 2 * value / math.sqrt(2 * math.pi)
+
+
+def hankel_2d(density_radial, r):
+    """The 2-D Bochner integral of an isotropic density: ``integral_0^inf s(rho) J0(rho r) rho d rho``."""
+    value, _ = integrate.quad(lambda rho: density_radial(rho) * special.j0(rho * r) * rho, 0, np.inf, limit=2000)
+    return value
+
+
+# ---------------------------------------------------------------- Gaussians
+
+
+def gaussian_kl(m1, S1, m2, S2):
+    """KL[N(m1, S1) || N(m2, S2)] by dense inverse and determinants."""
+    k = len(m1)
+    S2inv = np.linalg.inv(S2)
+    d = m2 - m1
+    return 0.5 * (
+        np.trace(S2inv @ S1) + d @ S2inv @ d - k + np.linalg.slogdet(S2)[1] - np.linalg.slogdet(S1)[1]
+    )
+
+
+def covariance(q_sqrt):
+    """S from a full (M, M) lower factor or a diagonal (M,) one."""
+    return np.diag(q_sqrt**2) if q_sqrt.ndim == 1 else q_sqrt @ q_sqrt.T
+
+
+# ---------------------------------------------------------------- SVGP
+
+
+class SVGPRef:
+    """One latent SVGP with dense formulas: ``u = f(Z)``; whitened means ``u = chol(Kuu) v``."""
+
+    def __init__(self, kern, lengthscale, variance, Z, q_mu, q_sqrt, whiten=True, jitter=0.0):
+        self.k = lambda A, B: kernel(kern, A, B, lengthscale, variance)
+        self.Z, self.q_mu, self.S, self.whiten = Z, q_mu, covariance(q_sqrt), whiten
+        self.Kuu = self.k(Z, Z) + jitter * np.eye(len(Z))
+
+    def q_u(self):
+        """Mean and covariance of q(u) in the original (unwhitened) coordinates."""
+        if not self.whiten:
+            return self.q_mu, self.S
+        L = np.linalg.cholesky(self.Kuu)
+        return L @ self.q_mu, L @ self.S @ L.T
+
+    def kl(self):
+        if self.whiten:
+            return gaussian_kl(self.q_mu, self.S, np.zeros_like(self.q_mu), np.eye(len(self.q_mu)))
+        return gaussian_kl(self.q_mu, self.S, np.zeros_like(self.q_mu), self.Kuu)
+
+    def predict(self, X):
+        """Mean (N,) and full covariance (N, N) of q(f(X))."""
+        m_u, S_u = self.q_u()
+        Kfu = self.k(X, self.Z)
+        P = np.linalg.solve(self.Kuu, Kfu.T).T  # Kfu Kuu^-1
+        return P @ m_u, self.k(X, X) - P @ Kfu.T + P @ S_u @ P.T
+
+    def elbo(self, ell, X, y, num_data=None):
+        mean, cov = self.predict(X)
+        scale = (num_data or len(X)) / len(X)
+        return scale * ell(y, mean, np.diag(cov)).sum() - self.kl()
+
+
+# ---------------------------------------------------------------- likelihoods
+
+
+def gaussian_ell(noise):
+    return lambda y, m, v: -0.5 * np.log(2 * np.pi * noise) - ((y - m) ** 2 + v) / (2 * noise)
+
+
+def poisson_exp_ell(y, m, v):
+    return y * m - np.exp(m + v / 2) - special.gammaln(y + 1)
+
+
+def log_lik(name, **params):
+    """Pointwise log p(y | f) of the library's likelihoods (scalar f)."""
+    if name == "gaussian":
+        return lambda y, f: stats.norm.logpdf(y, f, np.sqrt(params["variance"]))
+    if name == "poisson_exp":
+        return lambda y, f: stats.poisson.logpmf(y, np.exp(f))
+    if name == "poisson_softplus":
+        return lambda y, f: stats.poisson.logpmf(y, np.logaddexp(0, f))
+    if name == "bernoulli_logit":
+        return lambda y, f: -np.logaddexp(0, -(2 * y - 1) * f)
+    if name == "bernoulli_probit":
+        return lambda y, f: stats.norm.logcdf((2 * y - 1) * f)
+    if name == "studentt":
+        return lambda y, f: stats.t.logpdf(y, params["df"], f, params["scale"])
+    raise ValueError(name)
+
+
+def expected_log_lik_quad(logp, y, mean, var):
+    """E[logp(y, f)], f ~ N(mean, var), by adaptive quadrature, one point at a time."""
+    out = []
+    for yi, mi, vi in zip(y, mean, var):
+        s = math.sqrt(vi)
+        value, _ = integrate.quad(lambda f: logp(yi, f) * stats.norm.pdf(f, mi, s), mi - 12 * s, mi + 12 * s, limit=200)
+        out.append(value)
+    return np.array(out)
+
+
+# ---------------------------------------------------------------- exact and collapsed GP regression
+
+
+def exact_lml(K, y, noise):
+    return stats.multivariate_normal.logpdf(y, np.zeros(len(y)), K + noise * np.eye(len(y)))
+
+
+def collapsed_bound(Kff, Kfu, Kuu, y, noise):
+    """Titsias (2009): log N(y | 0, Q + noise I) - tr(Kff - Q) / (2 noise), Q = Kfu Kuu^-1 Kuf."""
+    Q = Kfu @ np.linalg.solve(Kuu, Kfu.T)
+    return exact_lml(Q, y, noise) - np.trace(Kff - Q) / (2 * noise)
+
+
+def titsias_optimum_whitened(Kfu, Kuu, y, noise):
+    """Optimal whitened q(v) = N(q_mu, q_sqrt q_sqrt^T) for a Gaussian likelihood."""
+    L = np.linalg.cholesky(Kuu)
+    A = np.linalg.solve(L, Kfu.T)  # L^-1 Kuf
+    Sigma = np.linalg.inv(np.eye(len(Kuu)) + A @ A.T / noise)
+    return Sigma @ A @ y / noise, np.linalg.cholesky(Sigma)

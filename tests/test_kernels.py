@@ -1,0 +1,105 @@
+import math
+
+import numpy as np
+import pytest
+
+import reference as ref
+
+from backends import KERNELS
+
+
+def make(backend, name, lengthscale, variance):
+    return backend.kernel(name, lengthscale, variance)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("lengthscale", [[0.7], [0.5, 2.0, 1.3]])
+def test_K_matches_reference(backend, rng, name, lengthscale):
+    X, Z = rng.normal(size=(7, 3)), rng.normal(size=(5, 3))
+    k = make(backend, name, lengthscale, 1.7)
+    K = backend.numpy(k.K(backend.array(X), backend.array(Z)))
+    np.testing.assert_allclose(K, ref.kernel(name, X, Z, lengthscale, 1.7), rtol=1e-10, atol=1e-12)
+    Kxx = backend.numpy(k.K(backend.array(X)))
+    np.testing.assert_allclose(np.diag(Kxx), 1.7, rtol=1e-10)
+    np.testing.assert_allclose(backend.numpy(k.K_diag(backend.array(X))), np.full(7, 1.7))
+
+
+def test_batched_kernel_and_combinations(backend, rng):
+    X = rng.normal(size=(6, 2))
+    lib = backend.lib
+    batch = lib.Matern32(lengthscale=backend.array([[0.5, 1.0], [2.0, 0.3]]), variance=[1.0, 3.0])
+    K = backend.numpy(batch.K(backend.array(X)))
+    assert K.shape == (2, 6, 6)
+    np.testing.assert_allclose(K[1], ref.kernel("matern32", X, X, [2.0, 0.3], 3.0), rtol=1e-10)
+    k1, k2 = make(backend, "rbf", 0.8, 2.0), make(backend, "matern12", 1.5, 0.5)
+    expected_sum = ref.kernel("rbf", X, X, 0.8, 2.0) + ref.kernel("matern12", X, X, 1.5, 0.5)
+    expected_prod = ref.kernel("rbf", X, X, 0.8, 2.0) * ref.kernel("matern12", X, X, 1.5, 0.5)
+    np.testing.assert_allclose(backend.numpy((k1 + k2).K(backend.array(X))), expected_sum, rtol=1e-10)
+    np.testing.assert_allclose(backend.numpy((k1 * k2).K(backend.array(X))), expected_prod, rtol=1e-10)
+    np.testing.assert_allclose(backend.numpy((k1 * k2).K_diag(backend.array(X))), np.full(6, 1.0))
+    with pytest.raises(NotImplementedError, match="spectral density"):
+        (k1 * k2).spectral_density(backend.array(np.zeros((3, 2))))
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_spectral_density_reproduces_kernel_1d(backend, name):
+    """(2 pi)^(-1/2) int s(w) cos(w tau) dw = k(tau): the convention of specs/vof.md."""
+    ls, var = 0.6, 1.7
+    k = make(backend, name, ls, var)
+    density = lambda w: float(backend.numpy(k.spectral_density(backend.array([[w]])))[0])  # noqa: E731
+    for tau in [0.0, 0.3, 1.1]:
+        expected = ref.kernel(name, np.array([[0.0]]), np.array([[tau]]), ls, var)[0, 0]
+        assert ref.bochner_1d(density, tau) == pytest.approx(expected, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("name", ["rbf", "matern32", "matern52"])  # Matérn-1/2's tail makes this integral crawl
+def test_spectral_density_reproduces_kernel_2d(backend, name):
+    """The D-dependent constants, through the 2-D (Hankel) form of Bochner's theorem."""
+    ls, var = 0.8, 1.3
+    k = make(backend, name, ls, var)
+    density = lambda rho: float(backend.numpy(k.spectral_density(backend.array([[rho, 0.0]])))[0])  # noqa: E731
+    for r in [0.0, 0.5, 1.2]:
+        expected = ref.kernel(name, np.zeros((1, 2)), np.array([[r, 0.0]]), ls, var)[0, 0]
+        assert ref.hankel_2d(density, r) == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_spectral_density_matches_closed_form(backend, rng, name, dim):
+    omega = rng.normal(size=(6, dim)) * 2
+    k = make(backend, name, 0.7, 1.3)
+    np.testing.assert_allclose(
+        backend.numpy(k.spectral_density(backend.array(omega))), ref.spectral_density(name, omega, 0.7, 1.3), rtol=1e-10
+    )
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_spectral_density_ard_scaling(backend, rng, name):
+    """s_ARD(w) = prod(l) s_(l=1)(w * l)."""
+    ls = np.array([0.5, 2.0])
+    omega = rng.normal(size=(4, 2))
+    ard = backend.numpy(make(backend, name, ls, 1.3).spectral_density(backend.array(omega)))
+    unit = backend.numpy(make(backend, name, [1.0], 1.3).spectral_density(backend.array(omega * ls)))
+    np.testing.assert_allclose(ard, ls.prod() * unit, rtol=1e-10)
+
+
+def test_spectral_density_of_sum(backend, rng):
+    k1, k2 = make(backend, "rbf", 0.8, 1.0), make(backend, "matern52", 1.5, 0.5)
+    omega = backend.array(rng.normal(size=(5, 1)))
+    total = backend.numpy((k1 + k2).spectral_density(omega))
+    np.testing.assert_allclose(total, backend.numpy(k1.spectral_density(omega)) + backend.numpy(k2.spectral_density(omega)))
+
+
+def test_se_density_closed_form(backend):
+    k = make(backend, "rbf", [0.5, 2.0], 1.5)
+    w = np.array([[0.3, -1.0]])
+    expected = 1.5 * 1.0 * math.exp(-0.5 * ((0.3 * 0.5) ** 2 + (1.0 * 2.0) ** 2))
+    assert float(backend.numpy(k.spectral_density(backend.array(w)))[0]) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), [1.0, -0.5]])
+def test_non_positive_hyperparameters_rejected(backend, bad):
+    with pytest.raises(ValueError, match="lengthscale"):
+        backend.lib.RBF(lengthscale=bad)
+    with pytest.raises(ValueError, match="variance"):
+        backend.lib.Matern32(variance=bad if np.isscalar(bad) else -1.0)

@@ -1,0 +1,34 @@
+"""The minibatch ELBO is an unbiased estimate of the full-batch ELBO; plate scaling is N / B."""
+import numpy as np
+import pytest
+
+from test_parity import build
+
+R, B = 2000, 6
+
+
+@pytest.mark.parametrize("name", ["gaussian", "bernoulli_logit"])
+def test_minibatch_elbo_is_unbiased(backend, name):
+    model, X, y = build(backend, name, whiten=True, diagonal=False)
+    full = float(backend.numpy(model.elbo(X, y)))
+    estimates = -backend.losses(model.model, model.guide, X, y, replicates=R, subsample_size=B)
+    assert estimates.std() > 1.0  # the batches really differ
+    z = (estimates.mean() - full) / (estimates.std() / np.sqrt(R))
+    assert abs(z) < 4.0, z
+
+
+def test_external_minibatch_is_scaled(backend):
+    """With ``num_data`` a minibatch contributes (N / B) * its expected log-likelihood."""
+    model, X, y = build(backend, "gaussian", whiten=True, diagonal=False)
+    N = X.shape[0]
+    batched = backend.lib.GPModel(model.prior, model.likelihood, num_data=N)
+    idx = np.arange(5, 5 + B)
+    lik = backend.bound(model.likelihood)
+    mean, var = model.predict_f(X[idx])
+    ell = float(backend.numpy(lik.expected_log_prob(y[idx], mean, var).sum()))
+    kl = float(backend.numpy(backend.bound(model.prior).posterior().kl()))
+    expected = N / B * ell - kl
+    assert -backend.loss(batched.model, batched.guide, X[idx], y[idx]) == pytest.approx(expected, rel=1e-10)
+    assert float(backend.numpy(batched.elbo(X[idx], y[idx]))) == pytest.approx(expected, rel=1e-10)
+    with pytest.raises(ValueError, match="num_data"):
+        backend.lib.GPModel(model.prior, model.likelihood, num_data=N - 1).model(X, y)

@@ -1,0 +1,155 @@
+"""The SVGP against the dense float64 reference: KL, q(f) moments, ELBO, Titsias optimum."""
+import numpy as np
+import pytest
+
+import reference as ref
+
+KERN = ("matern52", [0.7, 1.4], 1.3)
+
+
+def problem(rng, N=30, M=7, D=2, num_latent=None, diagonal=False):
+    X, Z = rng.normal(size=(N, D)), rng.normal(size=(M, D))
+    shape = () if num_latent is None else (num_latent,)
+    q_mu = rng.normal(size=shape + (M,))
+    if diagonal:
+        q_sqrt = rng.uniform(0.3, 1.2, size=shape + (M,))
+    else:
+        q_sqrt = np.tril(rng.normal(size=shape + (M, M)) * 0.3, -1) + np.eye(M) * rng.uniform(0.3, 1.2, size=shape + (M,))[..., None]
+    return X, Z, q_mu, q_sqrt
+
+
+def references(Z, q_mu, q_sqrt, whiten, jitter=1e-6):
+    """One reference SVGP per latent function."""
+    if q_mu.ndim == 1:
+        return [ref.SVGPRef(KERN[0], KERN[1], KERN[2], Z, q_mu, q_sqrt, whiten, jitter)]
+    return [ref.SVGPRef(KERN[0], KERN[1], KERN[2], Z, m, s, whiten, jitter) for m, s in zip(q_mu, q_sqrt)]
+
+
+OPTIONS = [dict(whiten=w, diagonal=d, num_latent=L) for w in (True, False) for d in (False, True) for L in (None, 3)]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_kl_and_marginals_match_reference(backend, rng, options):
+    X, Z, q_mu, q_sqrt = problem(rng, num_latent=options["num_latent"], diagonal=options["diagonal"])
+    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, **options)
+    refs = references(Z, q_mu, q_sqrt, options["whiten"])
+    post = backend.bound(gp).posterior()
+    assert backend.numpy(post.kl()) == pytest.approx(sum(r.kl() for r in refs), rel=1e-9)
+
+    mean, var = (backend.numpy(a) for a in gp.predict_f(backend.array(X)))
+    _, cov = (backend.numpy(a) for a in gp.predict_f(backend.array(X), full_cov=True))
+    expected = [r.predict(X) for r in refs]
+    if options["num_latent"] is None:
+        mean, var, cov = mean[:, None], var[:, None], cov[None]
+    for i, (m, c) in enumerate(expected):
+        np.testing.assert_allclose(mean[:, i], m, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(var[:, i], np.diag(c), rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(cov[i], c, rtol=1e-8, atol=1e-10)
+
+
+LIKELIHOODS = {
+    "gaussian": (lambda lib: lib.Gaussian(variance=0.2), lambda y, m, v: ref.gaussian_ell(0.2)(y, m, v), 1e-10),
+    "poisson_exp": (lambda lib: lib.Poisson(), ref.poisson_exp_ell, 1e-10),
+    "bernoulli_probit": (
+        lambda lib: lib.Bernoulli(link="probit"),
+        lambda y, m, v: ref.expected_log_lik_quad(ref.log_lik("bernoulli_probit"), y, m, v),
+        1e-7,
+    ),
+}
+
+
+def observations(name, rng, n):
+    if name == "gaussian":
+        return rng.normal(size=n)
+    if name == "poisson_exp":
+        return rng.poisson(1.5, size=n).astype(float)
+    return rng.integers(0, 2, size=n).astype(float)
+
+
+@pytest.mark.parametrize("lik_name", sorted(LIKELIHOODS))
+@pytest.mark.parametrize("whiten", [True, False])
+def test_elbo_matches_reference(backend, rng, lik_name, whiten):
+    make_lik, ell, rtol = LIKELIHOODS[lik_name]
+    X, Z, q_mu, q_sqrt = problem(rng)
+    y = observations(lik_name, rng, len(X))
+    lik = make_lik(backend.lib)
+    if lik_name == "gaussian":
+        backend.set(lik, variance=0.2)
+    model = backend.lib.GPModel(backend.svgp(Z, KERN, q_mu, q_sqrt, whiten=whiten), lik)
+    expected = references(Z, q_mu, q_sqrt, whiten)[0].elbo(ell, X, y)
+    Xa, ya = backend.array(X), backend.array(y)
+    assert float(backend.numpy(model.elbo(Xa, ya))) == pytest.approx(expected, rel=rtol)
+    # Pyro's and NumPyro's own ELBOs on the model/guide pair give the same, deterministic value
+    for mean_field in (False, True):
+        for seed in (0, 1):
+            loss = backend.loss(model.model, model.guide, Xa, ya, mean_field=mean_field, seed=seed)
+            assert -loss == pytest.approx(expected, rel=rtol)
+
+
+def test_titsias_optimum_equals_collapsed_bound(backend, rng):
+    """At the optimal q(u) the uncollapsed ELBO equals Titsias' collapsed bound (below the exact LML)."""
+    X, Z, _, _ = problem(rng, N=40, M=9)
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=len(X))
+    noise, jitter = 0.05, 1e-6
+    k = lambda A, B: ref.kernel(KERN[0], A, B, KERN[1], KERN[2])  # noqa: E731
+    Kuu = k(Z, Z) + jitter * np.eye(len(Z))
+    q_mu, q_sqrt = ref.titsias_optimum_whitened(k(X, Z), Kuu, y, noise)
+    lik = backend.set(backend.lib.Gaussian(), variance=noise)
+    model = backend.lib.GPModel(backend.svgp(Z, KERN, q_mu, q_sqrt, jitter=jitter), lik)
+    elbo = float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
+    bound = ref.collapsed_bound(k(X, X), k(X, Z), Kuu, y, noise)
+    assert elbo == pytest.approx(bound, rel=1e-9)
+    assert elbo < ref.exact_lml(k(X, X), y, noise)
+
+
+def test_hensman_term_lower_bounds_lml_and_predictive_term_does_not(backend, rng):
+    """With Z = X and the optimal q the Hensman ELBO equals the log marginal likelihood; the
+    predictive-likelihood data term (pyro.contrib.gp's Gaussian) exceeds it, so it is no bound."""
+    X = rng.normal(size=(25, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=len(X))
+    noise, jitter = 0.05, 1e-8
+    k = lambda A, B: ref.kernel(KERN[0], A, B, KERN[1], KERN[2])  # noqa: E731
+    Kuu = k(X, X) + jitter * np.eye(len(X))
+    lml = ref.exact_lml(k(X, X), y, noise)
+    q_mu, q_sqrt = ref.titsias_optimum_whitened(k(X, X), Kuu, y, noise)
+    lik = backend.set(backend.lib.Gaussian(), variance=noise)
+    model = backend.lib.GPModel(backend.svgp(X, KERN, q_mu, q_sqrt, jitter=jitter), lik)
+    elbo = float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
+    assert elbo == pytest.approx(lml, abs=1e-4)
+    mean, var = (backend.numpy(a) for a in model.predict_f(backend.array(X)))
+    kl = float(backend.numpy(backend.bound(model.prior).posterior().kl()))
+    predictive = ref.stats.norm.logpdf(y, mean, np.sqrt(var + noise)).sum() - kl
+    assert predictive > lml + 1.0
+    # and for arbitrary q the Hensman ELBO stays below the LML
+    for seed in range(5):
+        backend.reset()
+        _, _, q_mu, q_sqrt = problem(np.random.default_rng(seed), N=1, M=len(X))
+        model = backend.lib.GPModel(backend.svgp(X, KERN, q_mu, q_sqrt, jitter=jitter), lik)
+        assert float(backend.numpy(model.elbo(backend.array(X), backend.array(y)))) < lml
+
+
+def test_new_features_plug_in_through_dispatch(backend, rng):
+    """A feature class registered for (features, kernel) with Kuu = I (here: inducing points
+    whitened by hand, Kuf = chol(Kzz)^-1 Kzf) reproduces the whitened SVGP."""
+    lib = backend.lib
+    X, Z, q_mu, q_sqrt = problem(rng)
+
+    class WhitenedPoints(lib.InducingPoints):
+        pass
+
+    @lib.Kuu.register(WhitenedPoints, lib.kernels.Kernel)
+    def _kuu(features, kernel):
+        return None
+
+    @lib.Kuf.register(WhitenedPoints, lib.kernels.Kernel)
+    def _kuf(features, kernel, X):
+        L = lib.cholesky(kernel.K(features.Z), jitter=1e-6)
+        return backend.array(np.linalg.solve(backend.numpy(L), backend.numpy(kernel.K(features.Z, X))))
+
+    plain = backend.svgp(Z, KERN, q_mu, q_sqrt)
+    custom = backend.lib.SVGP(backend.kernel(*KERN), WhitenedPoints(backend.array(Z)), whiten=False, name="custom")
+    backend.set(custom, q_mu=q_mu, q_sqrt=q_sqrt)
+    for a, b in zip(plain.predict_f(backend.array(X)), custom.predict_f(backend.array(X))):
+        np.testing.assert_allclose(backend.numpy(a), backend.numpy(b), rtol=1e-9)
+    kl = [float(backend.numpy(backend.bound(m).posterior().kl())) for m in (plain, custom)]
+    assert kl[0] == pytest.approx(kl[1], rel=1e-12)
