@@ -1,5 +1,8 @@
 """A stand-alone GP model: a prior component observed through a likelihood."""
+import contextlib
+
 import numpyro
+from numpyro import handlers
 
 from . import checks
 from .distributions import ExpectedLikelihood
@@ -47,12 +50,12 @@ class GPModel:
         """The data plate and a function selecting the rows of the batch it draws."""
         N = self.num_data or n
         if N == n:
-            plate = numpyro.plate("data", n, subsample_size=subsample_size, dim=-1)
-            full = subsample_size is None or subsample_size == n
-            return plate, (lambda a, idx: a) if full else (lambda a, idx: None if a is None else a[idx])
-        if subsample_size is None:  # X is already a minibatch
-            plate = numpyro.plate("data", N, subsample_size=n, dim=-1)
-            return plate, lambda a, idx: a
+            subsampled = subsample_size is not None and subsample_size < n
+            return numpyro.plate("data", n, subsample_size=subsample_size, dim=-1), (
+                lambda a, idx: a[idx] if subsampled and a is not None else a
+            )
+        if subsample_size is None:  # X is already a minibatch: scale instead of subsampling
+            return _scaled_plate(n, N / n), lambda a, idx: a
         raise ValueError(f"subsample_size needs the full data set, but X has {n} rows and num_data={N}")
 
     def model(self, X, y=None, subsample_size=None):
@@ -62,14 +65,14 @@ class GPModel:
         plate, select = self._plate(X.shape[0], subsample_size)
         prior, likelihood = self.prior.bind(), self.likelihood.bind()
         posterior = prior.posterior()
-        prior._sample_globals(posterior, guide=False)
+        prior.sample_global_sites(posterior, guide=False)
         with plate as idx:
             mean, var, yb = *posterior.marginals(select(X, idx)), select(y, idx)
             return numpyro.sample("y", ExpectedLikelihood(likelihood, mean, var, obs=yb), obs=yb)
 
     def guide(self, X, y=None, subsample_size=None):
         prior = self.prior.bind()
-        prior._sample_globals(prior.posterior(), guide=True)
+        prior.sample_global_sites(prior.posterior(), guide=True)
 
     def elbo(self, X, y, key=None):
         """The bound itself (full batch), as a differentiable scalar (``key`` for Monte Carlo likelihoods)."""
@@ -82,3 +85,9 @@ class GPModel:
 
     def predict_f(self, X, full_cov=False):
         return self.prior.predict_f(X, full_cov=full_cov)
+
+
+@contextlib.contextmanager
+def _scaled_plate(size, scale):
+    with handlers.scale(scale=scale), numpyro.plate("data", size, dim=-1) as idx:
+        yield idx

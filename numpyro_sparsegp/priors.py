@@ -36,9 +36,6 @@ class GPPrior(Parameterized):
 
     num_latent = None
 
-    def __init__(self, name):
-        super().__init__(name)
-
     @property
     def input_dim(self):
         raise NotImplementedError
@@ -61,7 +58,9 @@ class GPPrior(Parameterized):
         the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``."""
         return self.bind().posterior().marginals(checks.inputs(X, "X", self.input_dim), full_cov=full_cov)
 
-    def _sample_globals(self, posterior, guide):
+    def sample_global_sites(self, posterior, guide):
+        """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor
+        ``<name>.kl`` = ``-KL``; used by :meth:`model`, :meth:`guide` and ``GPModel``."""
         u_dist = posterior.q_u() if guide else posterior.prior_u()
         if u_dist is not None:
             numpyro.sample(f"{self.name}.u", u_dist.mask(False))
@@ -107,7 +106,7 @@ class GPPrior(Parameterized):
         """
         prior = self.bind()
         X = checks.inputs(X, "X", self.input_dim)
-        prior._sample_globals(prior.posterior(), guide=False)
+        prior.sample_global_sites(prior.posterior(), guide=False)
         with prior._data(X, plate) as Xb:
             var = prior.prior_variance(Xb)
             return numpyro.sample(f"{self.name}.f", prior._f_dist(jnp.zeros_like(var), var))
@@ -117,7 +116,7 @@ class GPPrior(Parameterized):
         prior = self.bind()
         X = checks.inputs(X, "X", self.input_dim)
         posterior = prior.posterior()
-        prior._sample_globals(posterior, guide=True)
+        prior.sample_global_sites(posterior, guide=True)
         with prior._data(X, plate) as Xb:
             mean, var = posterior.marginals(Xb)
             return numpyro.sample(f"{self.name}.f", prior._f_dist(mean, var))

@@ -1,6 +1,9 @@
 """A stand-alone GP model: a prior component observed through a likelihood."""
+import contextlib
+
 import pyro
 import torch
+from pyro import poutine
 
 from . import checks
 from .distributions import ExpectedLikelihood
@@ -48,33 +51,33 @@ class GPModel(torch.nn.Module):
             y = checks.same_length(self.likelihood.check_y(y, like=X), X.shape[0])
         return X, y
 
-    def _plate(self, n, subsample_size, device):
+    def _plate(self, n, subsample_size):
         """The data plate and a function selecting the rows of the batch it draws."""
         N = self.num_data or n
         if N == n:
-            plate = pyro.plate("data", n, subsample_size=subsample_size, dim=-1)
-            full = subsample_size is None or subsample_size == n
-            return plate, (lambda a, idx: a) if full else (lambda a, idx: None if a is None else a[idx])
-        if subsample_size is None:  # X is already a minibatch
-            plate = pyro.plate("data", N, subsample=torch.arange(n, device=device), dim=-1)
-            return plate, lambda a, idx: a
+            subsampled = subsample_size is not None and subsample_size < n
+            return pyro.plate("data", n, subsample_size=subsample_size, dim=-1), (
+                lambda a, idx: a[idx] if subsampled and a is not None else a
+            )
+        if subsample_size is None:  # X is already a minibatch: scale instead of subsampling
+            return _scaled_plate(n, N / n), lambda a, idx: a
         raise ValueError(f"subsample_size needs the full data set, but X has {n} rows and num_data={N}")
 
     def model(self, X, y=None, subsample_size=None):
         """Args: X ``(N, D)``; y ``(N,)`` or None to sample; subsample_size: minibatch size.
         Returns the observations (sampled or ``y``) of the batch."""
         X, y = self._data(X, y)
-        plate, select = self._plate(X.shape[0], subsample_size, X.device)
+        plate, select = self._plate(X.shape[0], subsample_size)
         with active(self.prior, self.likelihood):
             posterior = self.prior.posterior()
-            self.prior._sample_globals(posterior, guide=False)
+            self.prior.sample_global_sites(posterior, guide=False)
             with plate as idx:
                 mean, var, yb = *posterior.marginals(select(X, idx)), select(y, idx)
                 return pyro.sample("y", ExpectedLikelihood(self.likelihood, mean, var, obs=yb), obs=yb)
 
     def guide(self, X, y=None, subsample_size=None):
         with active(self.prior):
-            self.prior._sample_globals(self.prior.posterior(), guide=True)
+            self.prior.sample_global_sites(self.prior.posterior(), guide=True)
 
     def elbo(self, X, y):
         """The bound itself (full batch), as a differentiable scalar."""
@@ -87,3 +90,9 @@ class GPModel(torch.nn.Module):
 
     def predict_f(self, X, full_cov=False):
         return self.prior.predict_f(X, full_cov=full_cov)
+
+
+@contextlib.contextmanager
+def _scaled_plate(size, scale):
+    with poutine.scale(scale=scale), pyro.plate("data", size, dim=-1) as idx:
+        yield idx

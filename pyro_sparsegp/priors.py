@@ -36,9 +36,6 @@ class GPPrior(Parameterized):
 
     num_latent = None
 
-    def __init__(self, name):
-        super().__init__(name)
-
     @property
     def input_dim(self):
         raise NotImplementedError
@@ -62,7 +59,9 @@ class GPPrior(Parameterized):
         the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``."""
         return self.posterior().marginals(checks.inputs(X, "X", self.input_dim), full_cov=full_cov)
 
-    def _sample_globals(self, posterior, guide):
+    def sample_global_sites(self, posterior, guide):
+        """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor
+        ``<name>.kl`` = ``-KL``; used by :meth:`model`, :meth:`guide` and ``GPModel``."""
         u_dist = posterior.q_u() if guide else posterior.prior_u()
         if u_dist is not None:
             pyro.sample(f"{self.name}.u", u_dist.mask(False))
@@ -108,7 +107,7 @@ class GPPrior(Parameterized):
             ``f`` of shape ``(B,)`` (``(B, L)`` with L latent functions), B the batch size.
         """
         X = checks.inputs(X, "X", self.input_dim)
-        self._sample_globals(self.posterior(), guide=False)
+        self.sample_global_sites(self.posterior(), guide=False)
         with self._data(X, plate) as Xb:
             var = self.prior_variance(Xb)
             return pyro.sample(f"{self.name}.f", self._f_dist(var.new_zeros(var.shape), var))
@@ -118,7 +117,7 @@ class GPPrior(Parameterized):
         """Variational sites of this component (same arguments as :meth:`model`); returns ``f``."""
         X = checks.inputs(X, "X", self.input_dim)
         posterior = self.posterior()
-        self._sample_globals(posterior, guide=True)
+        self.sample_global_sites(posterior, guide=True)
         with self._data(X, plate) as Xb:
             mean, var = posterior.marginals(Xb)
             return pyro.sample(f"{self.name}.f", self._f_dist(mean, var))
