@@ -51,12 +51,12 @@ class GPModel(torch.nn.Module):
             y = checks.same_length(self.likelihood.check_y(y, like=X), X.shape[0])
         return X, y
 
-    def _plate(self, n, subsample_size):
+    def _plate(self, n, subsample_size, device):
         """The data plate and a function selecting the rows of the batch it draws."""
         N = self.num_data or n
         if N == n:
             subsampled = subsample_size is not None and subsample_size < n
-            return pyro.plate("data", n, subsample_size=subsample_size, dim=-1), (
+            return pyro.plate("data", n, subsample_size=subsample_size, dim=-1, device=device), (
                 lambda a, idx: a[idx] if subsampled and a is not None else a
             )
         if subsample_size is None:  # X is already a minibatch: scale instead of subsampling
@@ -67,7 +67,7 @@ class GPModel(torch.nn.Module):
         """Args: X ``(N, D)``; y ``(N,)`` or None to sample; subsample_size: minibatch size.
         Returns the observations (sampled or ``y``) of the batch."""
         X, y = self._data(X, y)
-        plate, select = self._plate(X.shape[0], subsample_size)
+        plate, select = self._plate(X.shape[0], subsample_size, X.device)
         with active(self.prior, self.likelihood):
             posterior = self.prior.posterior()
             self.prior.sample_global_sites(posterior, guide=False)

@@ -76,7 +76,7 @@ class GPPrior(Parameterized):
     def _data(self, X, plate):
         """Enter the data plate and yield the rows of ``X`` it selects."""
         if plate is None:
-            plate = pyro.plate(f"{self.name}.data", X.shape[0], dim=-1)
+            plate = pyro.plate(f"{self.name}.data", X.shape[0], dim=-1, device=X.device)
         if any(frame.name == plate.name for frame in get_plates()):
             raise ValueError(
                 f"{self.name}.model/guide was called inside `with {plate.name}:`; call it outside "
