@@ -1,7 +1,8 @@
 """Scalable variational Gaussian-process priors for NumPyro."""
-from . import kernels, likelihoods
+from . import conditionals, kernels, likelihoods, quadrature, variational
+from .conditionals import conditional
 from .distributions import ExpectedLikelihood
-from .features import InducingPoints, Kuf, Kuu
+from .features import Features, InducingPoints, Kuf, Kuu
 from .kernels import RBF, Matern12, Matern32, Matern52, Product, SquaredExponential, Sum
 from .likelihoods import Bernoulli, Gaussian, Poisson, Softmax, StudentT
 from .linalg import CholeskyError, cholesky
@@ -10,8 +11,8 @@ from .priors import GPPrior
 from .svgp import SVGP
 
 __all__ = [
-    "Bernoulli", "CholeskyError", "ExpectedLikelihood", "GPModel", "GPPrior", "Gaussian",
+    "Bernoulli", "CholeskyError", "ExpectedLikelihood", "Features", "GPModel", "GPPrior", "Gaussian",
     "InducingPoints", "Kuf", "Kuu", "Matern12", "Matern32", "Matern52", "Poisson", "Product",
-    "RBF", "SVGP", "Softmax", "SquaredExponential", "StudentT", "Sum", "cholesky", "kernels",
-    "likelihoods",
+    "RBF", "SVGP", "Softmax", "SquaredExponential", "StudentT", "Sum", "cholesky", "conditional",
+    "conditionals", "kernels", "likelihoods", "quadrature", "variational",
 ]

@@ -21,8 +21,6 @@ def all_true(predicate, array):
 
 def as_array(value, name, like=None):
     """Convert an array-like to a floating array (dtype of ``like`` when given)."""
-    if not isinstance(value, (jax.Array, np.ndarray)) and not concrete(value):
-        return value
     try:
         array = jnp.asarray(value)
     except (TypeError, ValueError) as e:

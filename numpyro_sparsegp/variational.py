@@ -31,7 +31,7 @@ class _LowerCholeskyTransform(LowerCholeskyTransform):
         return lower + jnp.exp(x[..., -n:])[..., None] * jnp.eye(n, dtype=x.dtype)
 
 
-lower_cholesky = _LowerCholeskyTransform.codomain
+_lower_cholesky = _LowerCholeskyTransform.codomain
 biject_to.register(_LowerCholesky, lambda constraint: _LowerCholeskyTransform())
 
 
@@ -43,7 +43,7 @@ def init_q(num_inducing, batch_shape, diagonal, like, Luu=None):
         return q_mu, q_sqrt, constraints.positive
     eye = jnp.eye(num_inducing, dtype=like.dtype)
     q_sqrt = jnp.broadcast_to(eye if Luu is None else Luu, batch_shape + (num_inducing, num_inducing))
-    return q_mu, q_sqrt, lower_cholesky
+    return q_mu, q_sqrt, _lower_cholesky
 
 
 def is_diagonal(q_mu, q_sqrt):

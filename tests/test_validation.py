@@ -82,3 +82,15 @@ def test_bad_hyperparameters_and_options(backend, data):
         elbo(backend, lib.GPModel(backend.svgp(Z), lib.Gaussian(), num_data=10), X, y)
     with pytest.raises(TypeError, match="prior"):
         lib.GPModel("gp", lib.Gaussian())
+
+
+def test_bad_data_is_caught_when_training_starts(backend, data):
+    """Through the model/guide pair too, not only through ``elbo``."""
+    X, y, Z = data
+    model = gp_model(backend, Z, backend.lib.Bernoulli())
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="X contains NaN"):
+        backend.loss(model.model, model.guide, backend.array(bad), backend.array(y > 0))
+    with pytest.raises(ValueError, match="binary labels"):
+        backend.loss(model.model, model.guide, backend.array(X), backend.array(y))
