@@ -85,9 +85,7 @@ class Poisson(Likelihood):
 
     def __init__(self, link="exp", **kwargs):
         super().__init__(**kwargs)
-        if link not in ("exp", "softplus"):
-            raise ValueError(f"link must be 'exp' or 'softplus', got {link!r}")
-        self.link = link
+        self.link = checks.one_of(link, "link", ("exp", "softplus"))
 
     def rate(self, f):
         return torch.exp(f) if self.link == "exp" else F.softplus(f)
@@ -118,9 +116,7 @@ class Bernoulli(Likelihood):
 
     def __init__(self, link="logit", **kwargs):
         super().__init__(**kwargs)
-        if link not in ("logit", "probit"):
-            raise ValueError(f"link must be 'logit' or 'probit', got {link!r}")
-        self.link = link
+        self.link = checks.one_of(link, "link", ("logit", "probit"))
 
     def forward(self, f):
         if self.link == "logit":
