@@ -1,18 +1,21 @@
 """Scalable variational Gaussian-process priors for NumPyro."""
 from . import conditionals, kernels, likelihoods, quadrature, variational
 from .conditionals import conditional
+from .diagnostics import to_inference_data
 from .distributions import ExpectedLikelihood
 from .features import Features, InducingPoints, Kuf, Kuu
 from .kernels import RBF, Matern12, Matern32, Matern52, Product, SquaredExponential, Sum
 from .likelihoods import Bernoulli, Gaussian, Poisson, Softmax, StudentT
 from .linalg import CholeskyError, cholesky
 from .models import GPModel
+from .predict import Prediction, predict_f, predict_y, sample_f
 from .priors import GPPrior
 from .svgp import SVGP
+from .training import FitResult, fit
 
 __all__ = [
     "Bernoulli", "CholeskyError", "ExpectedLikelihood", "Features", "GPModel", "GPPrior", "Gaussian",
-    "InducingPoints", "Kuf", "Kuu", "Matern12", "Matern32", "Matern52", "Poisson", "Product",
-    "RBF", "SVGP", "Softmax", "SquaredExponential", "StudentT", "Sum", "cholesky", "conditional",
-    "conditionals", "kernels", "likelihoods", "quadrature", "variational",
+    "InducingPoints", "Kuf", "Kuu", "Matern12", "Matern32", "Matern52", "Poisson", "Prediction", "Product",
+    "FitResult", "RBF", "SVGP", "Softmax", "SquaredExponential", "StudentT", "Sum", "cholesky", "conditional",
+    "conditionals", "fit", "kernels", "likelihoods", "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data", "variational",
 ]

@@ -3,11 +3,12 @@
 Value checks run with NumPy on concrete arrays (inside ``jax.jit`` they run once, at trace time,
 on arrays closed over); traced values get only the shape checks.
 """
-import numbers
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from sparsegp_common.checks import one_of, positive_int, probabilities  # noqa: F401  (re-exported)
 
 
 def concrete(x):
@@ -70,15 +71,3 @@ def integer_valued(y, name):
     if not all_true(lambda a: a == np.round(a), y):
         raise ValueError(f"{name} must hold integers")
     return y
-
-
-def positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def one_of(value, name, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-    return value

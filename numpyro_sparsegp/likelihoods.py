@@ -30,6 +30,13 @@ def log_softplus(f):
     return jnp.where(f < -20, f, jnp.log(jax.nn.softplus(jnp.maximum(f, -20))))
 
 
+def _key(key):
+    key = numpyro.prng_key() if key is None else key
+    if key is None:
+        raise ValueError("Monte Carlo estimates need `key` or a numpyro seed handler")
+    return key
+
+
 class Likelihood(Parameterized):
     """Base class. ``num_latent`` is the number of latent functions per observation (None: one)."""
 
@@ -57,14 +64,27 @@ class Likelihood(Parameterized):
 
         The Monte Carlo option draws from ``key``, or from ``numpyro.prng_key()``."""
         if self.num_samples is not None:
-            key = numpyro.prng_key() if key is None else key
-            if key is None:
-                raise ValueError("the Monte Carlo expected log-likelihood needs `key` or a numpyro seed handler")
-            return monte_carlo(lambda f: self.log_prob(y, f), mean, var, self.num_samples, key)
+            return monte_carlo(lambda f: self.log_prob(y, f), mean, var, self.num_samples, _key(key))
         return self._expected_log_prob(y, mean, var)
 
     def _expected_log_prob(self, y, mean, var):
         return gauss_hermite(lambda f: self.log_prob(y[..., None], f), mean, var, self.num_gauss_hermite)
+
+    def predictive_moments(self, mean, var, key=None):
+        """Mean and variance of ``y`` under ``p(y) = int p(y | f) N(f | mean, var) df``, per
+        observation: ``E[y] = E[E[y | f]]`` and ``Var[y] = E[Var[y | f]] + Var[E[y | f]]``, by
+        Gauss-Hermite quadrature unless in closed form (``key``: for Monte Carlo likelihoods)."""
+        n = self.num_gauss_hermite
+        first = gauss_hermite(lambda f: self.forward(f).mean, mean, var, n)
+        second = gauss_hermite(lambda f: self.forward(f).mean ** 2 + self.forward(f).variance, mean, var, n)
+        return first, jnp.maximum(second - first**2, 0)
+
+    def predictive_quantiles(self, mean, var, levels, num_samples=1000, key=None):
+        """Quantiles ``(Q, N)`` of ``p(y)`` at ``levels`` ``(Q,)``, from ``num_samples`` draws of ``y``."""
+        key_f, key_y = jax.random.split(_key(key))
+        f = mean + jnp.sqrt(var) * jax.random.normal(key_f, (num_samples,) + mean.shape, dtype=mean.dtype)
+        method = "linear" if self.support is constraints.real else "lower"  # stay on a discrete support
+        return jnp.quantile(self.forward(f).sample(key_y).astype(mean.dtype), levels, axis=0, method=method)
 
     def check_y(self, y, like=None):
         """Validate observations; returns them as an array (dtype of ``like``)."""
@@ -86,6 +106,12 @@ class Gaussian(Likelihood):
 
     def _expected_log_prob(self, y, mean, var):
         return -0.5 * (jnp.log(2 * math.pi * self.variance) + ((y - mean) ** 2 + var) / self.variance)
+
+    def predictive_moments(self, mean, var, key=None):
+        return mean, var + self.variance
+
+    def predictive_quantiles(self, mean, var, levels, num_samples=1000, key=None):
+        return dist.Normal(mean, jnp.sqrt(var + self.variance)).icdf(levels[:, None])
 
 
 class Poisson(Likelihood):
@@ -111,6 +137,12 @@ class Poisson(Likelihood):
         if self.link == "exp":
             return y * mean - jnp.exp(mean + var / 2) - gammaln(y + 1)
         return super()._expected_log_prob(y, mean, var)
+
+    def predictive_moments(self, mean, var, key=None):
+        if self.link == "exp":  # log-normal rate: E = exp(m + v/2), Var = E + (e^v - 1) E^2
+            rate = jnp.exp(mean + var / 2)
+            return rate, rate + jnp.expm1(var) * rate**2
+        return super().predictive_moments(mean, var)
 
     def check_y(self, y, like=None):
         y = checks.integer_valued(super().check_y(y, like), "y")
@@ -186,6 +218,14 @@ class Softmax(Likelihood):
     def log_prob(self, y, f):
         index = jnp.broadcast_to(jnp.asarray(y, jnp.int32), f.shape[:-1])[..., None]
         return jnp.take_along_axis(f, index, -1)[..., 0] - jax.nn.logsumexp(f, -1)
+
+    def predictive_moments(self, mean, var, key=None):
+        """Class probabilities ``(N, C)`` (Monte Carlo, ``num_samples`` draws) and their ``p (1 - p)``."""
+        probs = monte_carlo(lambda f: jax.nn.softmax(f, -1), mean, var, self.num_samples, _key(key))
+        return probs, probs * (1 - probs)
+
+    def predictive_quantiles(self, mean, var, levels, num_samples=1000, key=None):
+        raise ValueError("quantiles are not defined for class labels; use the class probabilities (the mean)")
 
     def check_y(self, y, like=None):
         y = checks.integer_valued(super().check_y(y, like), "y")

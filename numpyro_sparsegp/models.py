@@ -4,7 +4,7 @@ import contextlib
 import numpyro
 from numpyro import handlers
 
-from . import checks
+from . import checks, predict
 from .distributions import ExpectedLikelihood
 from .priors import GPPrior
 
@@ -74,6 +74,21 @@ class GPModel:
         prior = self.prior.bind()
         prior.sample_global_sites(prior.posterior(), guide=True)
 
+    def sampled_model(self, X, y=None):
+        """The model with ``f`` a sample site ``<name>.f`` and ``y ~ likelihood(f)``, full batch in
+        the plate ``data``: the ELBO of this pair is the same in expectation, and its pointwise
+        ``log p(y_n | f_n)`` is what diagnostics (LOO, WAIC) replay."""
+        X, y = self._data(X, y)
+        plate = numpyro.plate("data", X.shape[0], dim=-1)
+        f = self.prior.model(X, plate)
+        with plate:
+            return numpyro.sample("y", self.likelihood(f), obs=y)
+
+    def sampled_guide(self, X, y=None):
+        """The guide of :meth:`sampled_model`."""
+        X, _ = self._data(X, None)
+        self.prior.guide(X, numpyro.plate("data", X.shape[0], dim=-1))
+
     def elbo(self, X, y, key=None):
         """The bound itself (full batch), as a differentiable scalar (``key`` for Monte Carlo likelihoods)."""
         X, y = self._data(X, y)
@@ -83,8 +98,18 @@ class GPModel:
         scale = (self.num_data or X.shape[0]) / X.shape[0]
         return scale * likelihood.expected_log_prob(y, mean, var, key=key).sum() - posterior.kl()
 
-    def predict_f(self, X, full_cov=False):
-        return self.prior.predict_f(X, full_cov=full_cov)
+    def predict_f(self, X, full_cov=False, batch_size=4096, params=None):
+        """Moments of ``q(f(X))``; see :func:`~numpyro_sparsegp.predict.predict_f`."""
+        return predict.predict_f(self.prior, X, full_cov=full_cov, batch_size=batch_size, params=params)
+
+    def predict_y(self, X, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
+        """Predictive moments and quantiles of ``y``; see :func:`~numpyro_sparsegp.predict.predict_y`."""
+        return predict.predict_y(self.prior, self.likelihood, X, quantiles=quantiles, batch_size=batch_size,
+                                 num_samples=num_samples, seed=seed, params=params)
+
+    def sample_f(self, X, num_samples=1, seed=0, params=None):
+        """Joint posterior draws of ``f(X)``; see :func:`~numpyro_sparsegp.predict.sample_f`."""
+        return predict.sample_f(self.prior, X, num_samples, seed=seed, params=params)
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.primitives import _PYRO_STACK
 
-from . import checks
+from . import checks, predict
 from .params import Parameterized
 
 
@@ -53,10 +53,11 @@ class GPPrior(Parameterized):
         """Prior variances ``k(x_n, x_n)``: ``(N,)`` or ``(N, L)``."""
         raise NotImplementedError
 
-    def predict_f(self, X, full_cov=False):
+    def predict_f(self, X, full_cov=False, batch_size=4096, params=None):
         """Moments of ``q(f(X))``: mean ``(N,)`` (``(N, L)`` for L latents) and variance of
-        the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``."""
-        return self.bind().posterior().marginals(checks.inputs(X, "X", self.input_dim), full_cov=full_cov)
+        the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``; see
+        :func:`~numpyro_sparsegp.predict.predict_f`."""
+        return predict.predict_f(self, X, full_cov=full_cov, batch_size=batch_size, params=params)
 
     def sample_global_sites(self, posterior, guide):
         """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor

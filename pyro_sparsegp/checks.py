@@ -1,7 +1,7 @@
 """Input validation: clear ``TypeError``/``ValueError`` messages that name the argument."""
-import numbers
-
 import torch
+
+from sparsegp_common.checks import one_of, positive_int, probabilities  # noqa: F401  (re-exported)
 
 
 def as_tensor(value, name, like=None):
@@ -59,15 +59,3 @@ def integer_valued(y, name):
     if not bool((y == torch.round(y)).all()):
         raise ValueError(f"{name} must hold integers")
     return y
-
-
-def positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def one_of(value, name, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-    return value

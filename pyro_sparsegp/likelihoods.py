@@ -56,6 +56,21 @@ class Likelihood(Parameterized):
     def _expected_log_prob(self, y, mean, var):
         return gauss_hermite(lambda f: self.log_prob(y.unsqueeze(-1), f), mean, var, self.num_gauss_hermite)
 
+    def predictive_moments(self, mean, var):
+        """Mean and variance of ``y`` under ``p(y) = int p(y | f) N(f | mean, var) df``, per
+        observation: ``E[y] = E[E[y | f]]`` and ``Var[y] = E[Var[y | f]] + Var[E[y | f]]``, by
+        Gauss-Hermite quadrature unless in closed form."""
+        n = self.num_gauss_hermite
+        first = gauss_hermite(lambda f: self.forward(f).mean, mean, var, n)
+        second = gauss_hermite(lambda f: self.forward(f).mean ** 2 + self.forward(f).variance, mean, var, n)
+        return first, (second - first**2).clamp_min(0)
+
+    def predictive_quantiles(self, mean, var, levels, num_samples=1000):
+        """Quantiles ``(Q, N)`` of ``p(y)`` at ``levels`` ``(Q,)``, from ``num_samples`` draws of ``y``."""
+        f = mean + var.sqrt() * torch.randn((num_samples,) + mean.shape, dtype=mean.dtype, device=mean.device)
+        method = "linear" if self.support is constraints.real else "lower"  # stay on a discrete support
+        return torch.quantile(self.forward(f).sample().to(mean.dtype), levels, dim=0, interpolation=method)
+
     def check_y(self, y, like=None):
         """Validate observations; returns them as a tensor (dtype/device of ``like``)."""
         return checks.finite(checks.as_tensor(y, "y", like), "y")
@@ -76,6 +91,12 @@ class Gaussian(Likelihood):
 
     def _expected_log_prob(self, y, mean, var):
         return -0.5 * (torch.log(2 * math.pi * self.variance) + ((y - mean) ** 2 + var) / self.variance)
+
+    def predictive_moments(self, mean, var):
+        return mean, var + self.variance
+
+    def predictive_quantiles(self, mean, var, levels, num_samples=1000):
+        return dist.Normal(mean, (var + self.variance).sqrt()).icdf(levels.unsqueeze(-1))
 
 
 class Poisson(Likelihood):
@@ -101,6 +122,12 @@ class Poisson(Likelihood):
         if self.link == "exp":
             return y * mean - torch.exp(mean + var / 2) - torch.lgamma(y + 1)
         return super()._expected_log_prob(y, mean, var)
+
+    def predictive_moments(self, mean, var):
+        if self.link == "exp":  # log-normal rate: E = exp(m + v/2), Var = E + (e^v - 1) E^2
+            rate = torch.exp(mean + var / 2)
+            return rate, rate + torch.expm1(var) * rate**2
+        return super().predictive_moments(mean, var)
 
     def check_y(self, y, like=None):
         y = checks.integer_valued(super().check_y(y, like), "y")
@@ -176,6 +203,14 @@ class Softmax(Likelihood):
     def log_prob(self, y, f):
         index = y.long().expand(f.shape[:-1]).unsqueeze(-1)
         return f.gather(-1, index).squeeze(-1) - torch.logsumexp(f, -1)
+
+    def predictive_moments(self, mean, var):
+        """Class probabilities ``(N, C)`` (Monte Carlo, ``num_samples`` draws) and their ``p (1 - p)``."""
+        probs = monte_carlo(lambda f: torch.softmax(f, -1), mean, var, self.num_samples)
+        return probs, probs * (1 - probs)
+
+    def predictive_quantiles(self, mean, var, levels, num_samples=1000):
+        raise ValueError("quantiles are not defined for class labels; use the class probabilities (the mean)")
 
     def check_y(self, y, like=None):
         y = checks.integer_valued(super().check_y(y, like), "y")

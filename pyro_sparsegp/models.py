@@ -5,7 +5,7 @@ import pyro
 import torch
 from pyro import poutine
 
-from . import checks
+from . import checks, predict
 from .distributions import ExpectedLikelihood
 from .params import active
 from .priors import GPPrior
@@ -79,6 +79,21 @@ class GPModel(torch.nn.Module):
         with active(self.prior):
             self.prior.sample_global_sites(self.prior.posterior(), guide=True)
 
+    def sampled_model(self, X, y=None):
+        """The model with ``f`` a sample site ``<name>.f`` and ``y ~ likelihood(f)``, full batch in
+        the plate ``data``: the ELBO of this pair is the same in expectation, and its pointwise
+        ``log p(y_n | f_n)`` is what diagnostics (LOO, WAIC) replay."""
+        X, y = self._data(X, y)
+        plate = pyro.plate("data", X.shape[0], dim=-1, device=X.device)
+        f = self.prior.model(X, plate)
+        with active(self.likelihood), plate:
+            return pyro.sample("y", self.likelihood(f), obs=y)
+
+    def sampled_guide(self, X, y=None):
+        """The guide of :meth:`sampled_model`."""
+        X, _ = self._data(X, None)
+        self.prior.guide(X, pyro.plate("data", X.shape[0], dim=-1, device=X.device))
+
     def elbo(self, X, y):
         """The bound itself (full batch), as a differentiable scalar."""
         X, y = self._data(X, y)
@@ -88,8 +103,18 @@ class GPModel(torch.nn.Module):
             scale = (self.num_data or X.shape[0]) / X.shape[0]
             return scale * self.likelihood.expected_log_prob(y, mean, var).sum() - posterior.kl()
 
-    def predict_f(self, X, full_cov=False):
-        return self.prior.predict_f(X, full_cov=full_cov)
+    def predict_f(self, X, full_cov=False, batch_size=4096, params=None):
+        """Moments of ``q(f(X))``; see :func:`~pyro_sparsegp.predict.predict_f`."""
+        return predict.predict_f(self.prior, X, full_cov=full_cov, batch_size=batch_size, params=params)
+
+    def predict_y(self, X, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
+        """Predictive moments and quantiles of ``y``; see :func:`~pyro_sparsegp.predict.predict_y`."""
+        return predict.predict_y(self.prior, self.likelihood, X, quantiles=quantiles, batch_size=batch_size,
+                                 num_samples=num_samples, seed=seed, params=params)
+
+    def sample_f(self, X, num_samples=1, seed=0, params=None):
+        """Joint posterior draws of ``f(X)``; see :func:`~pyro_sparsegp.predict.sample_f`."""
+        return predict.sample_f(self.prior, X, num_samples, seed=seed, params=params)
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ import pyro.distributions as dist
 from pyro.nn import pyro_method
 from pyro.poutine.runtime import get_plates
 
-from . import checks
+from . import checks, predict
 from .params import Parameterized
 
 
@@ -53,11 +53,11 @@ class GPPrior(Parameterized):
         """Prior variances ``k(x_n, x_n)``: ``(N,)`` or ``(N, L)``."""
         raise NotImplementedError
 
-    @pyro_method
-    def predict_f(self, X, full_cov=False):
+    def predict_f(self, X, full_cov=False, batch_size=4096, params=None):
         """Moments of ``q(f(X))``: mean ``(N,)`` (``(N, L)`` for L latents) and variance of
-        the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``."""
-        return self.posterior().marginals(checks.inputs(X, "X", self.input_dim), full_cov=full_cov)
+        the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``; see
+        :func:`~pyro_sparsegp.predict.predict_f`."""
+        return predict.predict_f(self, X, full_cov=full_cov, batch_size=batch_size, params=params)
 
     def sample_global_sites(self, posterior, guide):
         """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor

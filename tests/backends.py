@@ -67,6 +67,19 @@ class PyroBackend(Backend):
         """-ELBO estimates from ``replicates`` independent seeds."""
         return np.array([self.loss(model, guide, *args, mean_field=mean_field, seed=s, **kwargs) for s in range(replicates)])
 
+    def user_model(self, gp, noise, subsample_size=10):
+        """``y ~ N(f, noise)`` written by a user around the component (minibatches from the plate)."""
+        def model(X, y):
+            data = pyro.plate("data", len(X), subsample_size=subsample_size)
+            f = gp.model(X, data)
+            with data as idx:
+                pyro.sample("y", pyro.distributions.Normal(f, noise**0.5), obs=y[idx])
+
+        def guide(X, y):
+            gp.guide(X, pyro.plate("data", len(X), subsample_size=subsample_size))
+
+        return model, guide
+
     def trace(self, fn, *args, seed=0, **kwargs):
         pyro.set_rng_seed(seed)
         return pyro.poutine.trace(fn).get_trace(*args, **kwargs).nodes
@@ -127,6 +140,19 @@ class NumPyroBackend(Backend):
         params = _params(model, guide, jax.random.PRNGKey(0), args, kwargs)
         loss = jax.jit(jax.vmap(lambda key: elbo.loss(key, params, model, guide, *args, **kwargs)))
         return np.asarray(loss(jax.random.split(jax.random.PRNGKey(1), replicates)))
+
+    def user_model(self, gp, noise, subsample_size=10):
+        """``y ~ N(f, noise)`` written by a user around the component (minibatches from the plate)."""
+        def model(X, y):
+            data = numpyro.plate("data", len(X), subsample_size=subsample_size)
+            f = gp.model(X, data)
+            with data as idx:
+                numpyro.sample("y", numpyro.distributions.Normal(f, noise**0.5), obs=y[idx])
+
+        def guide(X, y):
+            gp.guide(X, numpyro.plate("data", len(X), subsample_size=subsample_size))
+
+        return model, guide
 
     def trace(self, fn, *args, seed=0, **kwargs):
         return handlers.trace(handlers.seed(fn, jax.random.PRNGKey(seed))).get_trace(*args, **kwargs)

@@ -6,7 +6,7 @@ library's Cholesky/whitening code paths.
 import math
 
 import numpy as np
-from scipy import integrate, special, stats
+from scipy import integrate, optimize, special, stats
 
 # ---------------------------------------------------------------- kernels
 
@@ -170,3 +170,54 @@ def titsias_optimum_whitened(Kfu, Kuu, y, noise):
     A = np.linalg.solve(L, Kfu.T)  # L^-1 Kuf
     Sigma = np.linalg.inv(np.eye(len(Kuu)) + A @ A.T / noise)
     return Sigma @ A @ y / noise, np.linalg.cholesky(Sigma)
+
+
+# ---------------------------------------------------------------- predictive distributions of y
+
+
+def conditional_moments(name, **params):
+    """E[y | f] and Var[y | f] of the library's likelihoods (scalar f)."""
+    if name == "gaussian":
+        return lambda f: (f, params["variance"])
+    if name in ("poisson_exp", "poisson_softplus"):
+        rate = np.exp if name == "poisson_exp" else (lambda f: np.logaddexp(0, f))
+        return lambda f: (rate(f), rate(f))
+    if name in ("bernoulli_logit", "bernoulli_probit"):
+        prob = special.expit if name == "bernoulli_logit" else stats.norm.cdf
+        return lambda f: (prob(f), prob(f) * (1 - prob(f)))
+    if name == "studentt":
+        return lambda f: (f, params["scale"] ** 2 * params["df"] / (params["df"] - 2))
+    raise ValueError(name)
+
+
+def _normal_expectation(fn, m, v):
+    s = math.sqrt(v)
+    return integrate.quad(lambda f: fn(f) * stats.norm.pdf(f, m, s), m - 12 * s, m + 12 * s, limit=200)[0]
+
+
+def predictive_moments(name, mean, var, **params):
+    """Mean and variance of p(y) = int p(y | f) N(f | mean, var) df by adaptive quadrature."""
+    moments = conditional_moments(name, **params)
+    out = []
+    for m, v in zip(mean, var):
+        first = _normal_expectation(lambda f: moments(f)[0], m, v)
+        second = _normal_expectation(lambda f: moments(f)[1] + moments(f)[0] ** 2, m, v)
+        out.append((first, second - first**2))
+    return np.array(out).T
+
+
+def predictive_quantile(name, m, v, level, **params):
+    """The ``level`` quantile of p(y) at one input, from its CDF by quadrature."""
+    cdfs = {
+        "gaussian": lambda t, f: stats.norm.cdf(t, f, math.sqrt(params["variance"])),
+        "studentt": lambda t, f: stats.t.cdf(t, params["df"], f, params["scale"]),
+        "poisson_exp": lambda t, f: stats.poisson.cdf(t, np.exp(f)),
+    }
+    cdf = lambda t: _normal_expectation(lambda f: cdfs[name](t, f), m, v)  # noqa: E731
+    if name == "poisson_exp":
+        k = 0
+        while cdf(k) < level:
+            k += 1
+        return float(k)
+    s = math.sqrt(v + 10)
+    return optimize.brentq(lambda t: cdf(t) - level, m - 50 * s, m + 50 * s, xtol=1e-10)

@@ -46,35 +46,12 @@ def test_numpyro_group_effects_recovered():
     assert np.corrcoef(np.asarray(mean), np.sin(2 * np.linspace(-2.5, 2.5, 11)))[0, 1] > 0.95
 
 
-def user_model(backend, gp, noise):
-    """``y ~ N(f, noise)`` written by the user around the component (minibatch of 10)."""
-    if backend.name == "pyro":
-        def model(X, y):
-            data = pyro.plate("data", len(X), subsample_size=10)
-            f = gp.model(X, data)
-            with data as idx:
-                pyro.sample("y", pdist.Normal(f, noise**0.5), obs=y[idx])
-
-        def guide(X, y):
-            gp.guide(X, pyro.plate("data", len(X), subsample_size=10))
-    else:
-        def model(X, y):
-            data = numpyro.plate("data", len(X), subsample_size=10)
-            f = gp.model(X, data)
-            with data as idx:
-                numpyro.sample("y", ndist.Normal(f, noise**0.5), obs=y[idx])
-
-        def guide(X, y):
-            gp.guide(X, numpyro.plate("data", len(X), subsample_size=10))
-    return model, guide
-
-
 @pytest.mark.parametrize("mean_field", [False, True])
 def test_component_elbo_is_the_hensman_bound_in_expectation(backend, mean_field):
     """Averaged over minibatches and draws of f, the user model's loss is minus the SVGP ELBO."""
     reference, X, y = build(backend, "gaussian", whiten=True, diagonal=False)
     expected = float(backend.numpy(reference.elbo(X, y)))
-    model, guide = user_model(backend, reference.prior, 0.2)
+    model, guide = backend.user_model(reference.prior, 0.2)
     R = 600
     estimates = -backend.losses(model, guide, X, y, replicates=R, mean_field=mean_field)
     z = (estimates.mean() - expected) / (estimates.std() / np.sqrt(R))

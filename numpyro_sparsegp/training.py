@@ -1,0 +1,132 @@
+"""``fit``: stochastic variational inference for any NumPyro model/guide pair."""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from numpyro.infer import SVI, Trace_ELBO
+
+from sparsegp_common.training import (
+    EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, progress_bar, report,
+)
+
+__all__ = ["FitResult", "FitState", "fit"]
+
+
+def fit(
+    model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
+    lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
+    restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
+    **kwargs,
+):
+    """Train ``model``/``guide`` by SVI, one jit-compiled ``SVI.update`` per step.
+
+    Args:
+        model, guide: the NumPyro model and guide.
+        data: tuple of arrays with the same first dimension N (e.g. ``(X, y)``), passed
+            positionally to the model and guide, split into minibatches when ``batch_size`` is
+            given. The model must then scale its data terms by N / batch_size (``GPModel`` does
+            this when built with ``num_data=N``).
+        num_steps, num_epochs: the length of training (exactly one of them).
+        batch_size: rows per step, drawn without replacement within each epoch (None: all).
+        loss: a NumPyro ELBO (``Trace_ELBO()`` by default).
+        lr: learning rate.
+        lr_schedule: optional ``schedule(step) -> multiplier`` of ``lr`` (``step`` counts from 0;
+            it is traced by JAX, so write it with ``jnp`` or plain arithmetic).
+        optimizer: a NumPyro optimiser class taking the step size (``numpyro.optim.Adam`` by
+            default).
+        callbacks: callables ``callback(state: FitState)`` run after every step; setting
+            ``state.stop = True`` ends training.
+        validation: optional ``validation(params) -> float`` (lower is better), run every
+            ``eval_every`` steps (default: each epoch, or every 100 steps without minibatches).
+        patience: stop after this many evaluations without improvement (None: never).
+        restore_best: with ``validation``, end with the parameters of the best evaluation.
+        checkpoint: ``.npz`` file to save the SVI state (parameters, optimiser, RNG key) and
+            history to, every ``checkpoint_every`` steps (default: each epoch, or every 100 steps)
+            and at the end.
+        resume: continue from ``checkpoint`` when it exists; the run then reaches the same
+            parameters as an uninterrupted one with the same seed.
+        seed: seeds the SVI RNG key and the minibatch order.
+        progress: show a tqdm progress bar.
+        **kwargs: passed to the model and guide (held fixed: they are closed over by the jit).
+
+    Returns:
+        FitResult: losses ``(num_steps,)``, final (constrained) params, validation history and
+        the final ``SVIState``.
+    """
+    plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
+    check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume)
+    eval_every = interval(eval_every, plan, "eval_every")
+    checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
+    if loss is not None and not isinstance(loss, numpyro.infer.elbo.ELBO):
+        raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
+    tracker = EarlyStopping(patience)
+    data = tuple(None if a is None else jnp.asarray(a) for a in data)
+    step_size = lr if lr_schedule is None else (lambda i: lr * lr_schedule(i))
+    svi = SVI(model, guide, (optimizer or numpyro.optim.Adam)(step_size), loss or Trace_ELBO())
+    # The batch is gathered inside the compiled step: one dispatch per step.
+    update = jax.jit(lambda state, data, idx: svi.update(state, *_take(data, idx), **kwargs))
+
+    state = svi.init(jax.random.PRNGKey(seed), *_batch(data, plan, 0), **kwargs)
+    losses, start, best = [], 0, None
+    if resume and os.path.exists(checkpoint):
+        start, losses, state, best = _load(checkpoint, state, tracker)
+
+    stopped = False
+    with progress_bar(plan, start, progress) as bar:
+        for step in range(start, plan.num_steps):
+            state, value = update(state, data, plan.indices(step))
+            losses.append(float(value))
+            report(bar, losses, max(plan.steps_per_epoch, 10))
+            done = step + 1
+            if validation is not None and done % eval_every == 0:
+                if tracker.update(done, validation(svi.get_params(state))):
+                    best = state
+                stopped = tracker.should_stop
+            current = state  # bound now: the callback's params are those of this step
+            fit_state = FitState(done, plan.epoch(step), losses[-1], losses, lambda: svi.get_params(current))
+            for callback in (callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]):
+                callback(fit_state)
+            stopped = stopped or fit_state.stop
+            if checkpoint is not None and (done % checkpoint_every == 0 or stopped or done == plan.num_steps):
+                _save(checkpoint, done, state, losses, tracker, best)
+            if stopped:
+                break
+    if restore_best and best is not None:
+        state = best
+    return FitResult(np.asarray(losses), svi.get_params(state), tracker.history, tracker.best_step, stopped, state)
+
+
+def _batch(data, plan, step):
+    return _take(data, plan.indices(step))
+
+
+def _take(data, idx):
+    return data if idx is None else tuple(None if a is None else a[idx] for a in data)
+
+
+def _save(path, step, state, losses, tracker, best):
+    arrays = {f"state_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(state))}
+    if best is not None:
+        arrays.update({f"best_{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(best))})
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, step=step, losses=np.asarray(losses, dtype=np.float64), **tracker.state(), **arrays)
+    os.replace(tmp, path)  # never leave a half-written checkpoint
+
+
+def _load(path, state, tracker):
+    """Restore into the structure of a freshly initialised ``state`` (plain arrays, no pickle)."""
+    leaves, treedef = jax.tree_util.tree_flatten(state)
+    with np.load(path, allow_pickle=False) as saved:
+        step = int(saved["step"])
+        stored = [saved[f"state_{i}"] for i in range(len(leaves)) if f"state_{i}" in saved]
+        if len(stored) != len(leaves) or any(a.shape != jnp.shape(b) for a, b in zip(stored, leaves)):
+            raise ValueError(f"checkpoint {path} does not match this model's parameters and optimiser")
+
+        def restore(arrays):
+            return treedef.unflatten([jnp.asarray(a, dtype=jnp.asarray(b).dtype) for a, b in zip(arrays, leaves)])
+
+        best = restore([saved[f"best_{i}"] for i in range(len(leaves))]) if "best_0" in saved else None
+        tracker.load(saved)
+        return step, saved["losses"].tolist(), restore(stored), best

@@ -1,0 +1,180 @@
+"""Backend-free pieces of the training loop ``fit``: the step plan, minibatch indices, early
+stopping, the progress bar and the result objects shared by both backends."""
+import dataclasses
+import math
+from typing import Any, Callable, Optional
+
+import numpy as np
+from tqdm.auto import tqdm
+
+
+@dataclasses.dataclass
+class FitState:
+    """What a callback sees after each step; set ``stop = True`` to end training."""
+
+    step: int  # number of steps done
+    epoch: int
+    loss: float
+    losses: list
+    get_params: Callable[[], dict]
+    stop: bool = False
+
+    @property
+    def params(self):
+        """Current constrained parameter values ``{name: array}``."""
+        return self.get_params()
+
+
+@dataclasses.dataclass
+class FitResult:
+    """What ``fit`` returns.
+
+    Attributes:
+        losses: ``(num_steps,)`` loss (negative ELBO estimate) of every step run, including the
+            steps before a resume.
+        params: constrained parameter values ``{name: array}`` at the end (the best ones when
+            early stopping restored them).
+        validation: ``[(step, value), ...]`` of every validation evaluation.
+        best_step: step of the best validation value (None without validation).
+        stopped_early: whether early stopping or a callback ended the run.
+        state: the backend's optimiser state at the end (NumPyro's ``SVIState``; the torch
+            optimiser in Pyro).
+    """
+
+    losses: np.ndarray
+    params: dict
+    validation: list
+    best_step: Optional[int]
+    stopped_early: bool
+    state: Any = None
+
+
+@dataclasses.dataclass
+class Plan:
+    """How many steps, and which rows each step uses.
+
+    Minibatches are drawn without replacement within an epoch from a permutation seeded by
+    ``(seed, epoch)``, so a resumed run sees the same batches as an uninterrupted one and both
+    backends see the same batches for the same seed. The last ``num_rows % batch_size`` rows of
+    each permutation are skipped: every batch has the same size (one compiled program in JAX) and
+    each is still a uniformly random subset, so the minibatch ELBO stays unbiased.
+    """
+
+    num_rows: Optional[int]
+    batch_size: Optional[int]
+    num_steps: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self):
+        return 1 if self.batch_size is None else self.num_rows // self.batch_size
+
+    def epoch(self, step):
+        return step // self.steps_per_epoch
+
+    def indices(self, step):
+        """Row indices of 0-based ``step`` (None: the full data set)."""
+        if self.batch_size is None:
+            return None
+        j = step % self.steps_per_epoch
+        perm = np.random.default_rng([self.seed, self.epoch(step)]).permutation(self.num_rows)
+        return perm[j * self.batch_size : (j + 1) * self.batch_size]
+
+
+def make_plan(data, batch_size, num_steps, num_epochs, seed):
+    """Validate the arguments of ``fit`` that fix the step plan."""
+    if not isinstance(data, (tuple, list)):
+        raise TypeError(f"data must be a tuple of arrays (e.g. (X, y)), got {type(data).__name__}")
+    lengths = {len(a) for a in data if a is not None}
+    if len(lengths) > 1:
+        raise ValueError(f"the arrays in data must have the same length, got lengths {sorted(lengths)}")
+    num_rows = lengths.pop() if lengths else None
+    if batch_size is not None:
+        if num_rows is None:
+            raise ValueError("batch_size needs data: pass the arrays to split as data=(X, y)")
+        if not isinstance(batch_size, (int, np.integer)) or not 0 < batch_size <= num_rows:
+            raise ValueError(f"batch_size must be an integer in 1..{num_rows} (len(data)), got {batch_size!r}")
+    if (num_steps is None) == (num_epochs is None):
+        raise ValueError("give exactly one of num_steps and num_epochs")
+    plan = Plan(num_rows, batch_size, 0, seed)
+    count, arg = (num_steps, "num_steps") if num_steps is not None else (num_epochs, "num_epochs")
+    if not isinstance(count, (int, np.integer)) or count < 1:
+        raise ValueError(f"{arg} must be a positive integer, got {count!r}")
+    plan.num_steps = int(count if num_steps is not None else count * plan.steps_per_epoch)
+    return plan
+
+
+class EarlyStopping:
+    """Tracks a validation metric (lower is better) and says when to stop.
+
+    Args:
+        patience: stop after this many evaluations without improvement (None: never stop).
+    """
+
+    def __init__(self, patience=None):
+        if patience is not None and (not isinstance(patience, (int, np.integer)) or patience < 1):
+            raise ValueError(f"patience must be a positive integer or None, got {patience!r}")
+        self.patience = patience
+        self.history = []
+        self.best = math.inf
+        self.best_step = None
+        self.bad = 0
+
+    def update(self, step, value):
+        """Record ``value`` at ``step``; returns True when it is the best so far."""
+        value = float(value)  # NaN never counts as an improvement
+        self.history.append((step, value))
+        if value < self.best:
+            self.best, self.best_step, self.bad = value, step, 0
+            return True
+        self.bad += 1
+        return False
+
+    @property
+    def should_stop(self):
+        return self.patience is not None and self.bad >= self.patience
+
+    def state(self):
+        """The tracker as plain arrays, for checkpoints."""
+        steps, values = zip(*self.history) if self.history else ((), ())
+        return {
+            "es_steps": np.asarray(steps, dtype=np.int64),
+            "es_values": np.asarray(values, dtype=np.float64),
+            "es_best": np.asarray([self.best, -1 if self.best_step is None else self.best_step, self.bad]),
+        }
+
+    def load(self, state):
+        self.history = [(int(s), float(v)) for s, v in zip(state["es_steps"], state["es_values"])]
+        best, best_step, bad = (float(x) for x in np.asarray(state["es_best"]))
+        self.best, self.best_step, self.bad = best, None if best_step < 0 else int(best_step), int(bad)
+
+
+def interval(every, plan, name):
+    """A positive step interval; default once per epoch (every 100 steps without minibatches)."""
+    if every is None:
+        return plan.steps_per_epoch if plan.batch_size is not None else 100
+    if not isinstance(every, (int, np.integer)) or every < 1:
+        raise ValueError(f"{name} must be a positive integer, got {every!r}")
+    return int(every)
+
+
+def check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume):
+    """Options of ``fit`` that only make sense together."""
+    if validation is None and eval_every is not None:
+        raise ValueError("eval_every was given without a validation function")
+    if validation is not None and not callable(validation):
+        raise TypeError("validation must be a callable validation(params) -> float")
+    if checkpoint is None and (checkpoint_every is not None or resume):
+        raise ValueError("checkpoint_every and resume need a checkpoint file (checkpoint=...)")
+
+
+def progress_bar(plan, start, enabled):
+    """A tqdm bar over the steps (disabled with ``progress=False``)."""
+    return tqdm(total=plan.num_steps, initial=start, disable=not enabled, desc="fit", unit="step", dynamic_ncols=True)
+
+
+def report(bar, losses, every):
+    """Update the bar's loss readout (a running mean, so it is readable with noisy minibatch losses)."""
+    bar.update(1)
+    if len(losses) % every == 0:
+        bar.set_postfix(loss=f"{np.mean(losses[-every:]):.4g}")

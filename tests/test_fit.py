@@ -1,0 +1,174 @@
+"""The training loop ``fit`` in both backends: minibatches, schedules, callbacks, early stopping,
+checkpoints (resume reaches the same parameters), safe loading and argument checks."""
+import numpy as np
+import pytest
+import torch
+
+from sparsegp_common.training import EarlyStopping, make_plan
+
+N, M = 60, 6
+
+
+def problem(backend, num_data=None, likelihood="Gaussian"):
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-2, 2, (N, 1))
+    y = np.sin(2 * X[:, 0]) + 0.2 * rng.standard_normal(N)
+    gp = backend.svgp(X[:M].copy())
+    lik = getattr(backend.lib, likelihood)()
+    return backend.lib.GPModel(gp, lik, num_data=num_data), backend.array(X), backend.array(y)
+
+
+def embedded(backend):
+    """A user model around the component: stochastic loss (sampled f, subsampling plate)."""
+    model, X, y = problem(backend)
+    return (*backend.user_model(model.prior, 0.1), X, y)
+
+
+def params_np(backend, params):
+    return {k: backend.numpy(v) for k, v in params.items()}
+
+
+def test_plan_draws_each_epoch_without_replacement():
+    plan = make_plan((np.zeros(23),), 5, None, 3, seed=4)
+    assert plan.num_steps == 3 * 4  # 23 // 5 full batches per epoch
+    for epoch in range(3):
+        rows = np.concatenate([plan.indices(4 * epoch + j) for j in range(4)])
+        assert len(set(rows)) == 20
+    assert not np.array_equal(plan.indices(0), plan.indices(4))  # a new permutation per epoch
+    assert np.array_equal(plan.indices(5), make_plan((np.zeros(23),), 5, 12, None, seed=4).indices(5))
+
+
+def test_fit_reduces_the_loss_and_reports(backend, capsys):
+    model, X, y = problem(backend, num_data=N)
+    result = backend.lib.fit(model.model, model.guide, (X, y), num_epochs=40, batch_size=20, lr=0.05)
+    assert result.losses.shape == (40 * 3,)
+    assert np.mean(result.losses[-10:]) < np.mean(result.losses[:10]) - 20
+    assert {"gp.q_mu", "gp.q_sqrt", "gp.kernel.lengthscale", "likelihood.variance"} <= set(result.params)
+    assert "fit" in capsys.readouterr().err  # the tqdm bar
+    assert result.best_step is None and not result.stopped_early
+
+
+def test_backends_take_the_same_steps():
+    """Same seed, same batches, same Adam: Pyro and NumPyro reach the same parameters."""
+    from backends import BACKENDS
+
+    out = []
+    for name in ("pyro", "numpyro"):
+        backend = BACKENDS[name]()
+        backend.reset()
+        model, X, y = problem(backend, num_data=N)
+        result = backend.lib.fit(model.model, model.guide, (X, y), num_steps=15, batch_size=20, lr=0.01, progress=False)
+        out.append((result.losses, params_np(backend, result.params)))
+    np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-8)
+    for k in out[0][1]:
+        np.testing.assert_allclose(out[0][1][k], out[1][1][k], rtol=1e-7, atol=1e-9, err_msg=k)
+
+
+def test_lr_schedule_and_callbacks(backend):
+    model, X, y = problem(backend)
+    before = backend.numpy(backend.bound(model.prior).q_mu).copy()
+    seen = []
+    frozen = backend.lib.fit(
+        model.model, model.guide, (X, y), num_steps=5, lr=0.1, lr_schedule=lambda t: 0.0 * t,
+        callbacks=[lambda s: seen.append(s.step)], progress=False,
+    )
+    np.testing.assert_array_equal(backend.numpy(frozen.params["gp.q_mu"]), before)
+    assert seen == [1, 2, 3, 4, 5]
+
+    def stop_at_3(state):
+        state.stop = state.step == 3
+
+    stopped = backend.lib.fit(model.model, model.guide, (X, y), num_steps=10, lr=0.1, callbacks=stop_at_3, progress=False)
+    assert len(stopped.losses) == 3 and stopped.stopped_early
+    assert not np.allclose(backend.numpy(stopped.params["gp.q_mu"]), before)
+
+
+def test_early_stopping_restores_the_best_parameters(backend):
+    model, X, y = problem(backend)
+    scores = iter([5.0, 4.0, 3.0, 3.5, 4.5, 6.0, 7.0])
+    snapshots = {}
+
+    def validation(params):
+        snapshots[len(snapshots) + 1] = backend.numpy(params["gp.q_mu"]).copy()
+        return next(scores)
+
+    result = backend.lib.fit(
+        model.model, model.guide, (X, y), num_steps=50, lr=0.05, validation=validation, eval_every=2,
+        patience=2, progress=False,
+    )
+    assert result.stopped_early and len(result.losses) == 10  # 5 evaluations, the best is the 3rd
+    assert result.best_step == 6 and [s for s, _ in result.validation] == [2, 4, 6, 8, 10]
+    np.testing.assert_array_equal(backend.numpy(result.params["gp.q_mu"]), snapshots[3])
+    assert not np.allclose(snapshots[3], snapshots[5])
+
+
+def test_resume_reaches_the_uninterrupted_parameters(backend, tmp_path):
+    """Killed after step 7 with the last checkpoint at step 5, then resumed: the same result as
+    one uninterrupted run (stochastic loss, subsampling plate, lr schedule)."""
+    options = dict(num_steps=12, lr=0.05, lr_schedule=lambda t: 0.9 ** (t / 4), progress=False, seed=3)
+
+    def run(**extra):
+        backend.reset(seed=99)  # a fresh process: empty param store, unrelated global RNG
+        model, guide, X, y = embedded(backend)
+        return backend.lib.fit(model, guide, (X, y), **options, **extra)
+
+    full = run()
+
+    def crash(state):
+        if state.step == 7:
+            raise KeyboardInterrupt
+
+    path = str(tmp_path / "ckpt")
+    with pytest.raises(KeyboardInterrupt):
+        run(checkpoint=path, checkpoint_every=5, callbacks=crash)
+    resumed = run(checkpoint=path, checkpoint_every=5, resume=True)
+    np.testing.assert_array_equal(resumed.losses, full.losses)
+    for k, v in params_np(backend, full.params).items():
+        np.testing.assert_array_equal(backend.numpy(resumed.params[k]), v, err_msg=k)
+    assert np.isfinite(full.losses).all() and np.std(full.losses) > 0
+
+
+def test_checkpoint_loading_never_unpickles(backend, tmp_path):
+    model, X, y = problem(backend)
+    path = tmp_path / "evil"
+    if backend.name == "pyro":
+        torch.save({"step": EarlyStopping()}, path)  # an arbitrary object: needs unpickling
+        error = Exception  # torch raises UnpicklingError (weights_only)
+    else:
+        np.savez(path, step=np.array([EarlyStopping()], dtype=object))
+        path = tmp_path / "evil.npz"
+        error = ValueError  # "Object arrays cannot be loaded when allow_pickle=False"
+    with pytest.raises(error, match="(?i)pickl|weights_only"):
+        backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, checkpoint=str(path), resume=True, progress=False)
+
+
+def test_checkpoint_of_another_model_is_refused(backend, tmp_path):
+    model, X, y = problem(backend)
+    path = str(tmp_path / "ckpt")
+    backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, checkpoint=path, progress=False)
+    backend.reset()
+    other, X, y = problem(backend, likelihood="StudentT")
+    with pytest.raises(ValueError, match="checkpoint"):
+        backend.lib.fit(other.model, other.guide, (X, y), num_steps=4, checkpoint=path, resume=True, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(num_steps=3, num_epochs=2), ValueError, "exactly one"),
+        (dict(), ValueError, "exactly one"),
+        (dict(num_steps=0), ValueError, "num_steps"),
+        (dict(num_steps=3, batch_size=N + 1), ValueError, "batch_size"),
+        (dict(num_steps=3, eval_every=2), ValueError, "eval_every"),
+        (dict(num_steps=3, resume=True), ValueError, "checkpoint"),
+        (dict(num_steps=3, validation=3.0), TypeError, "validation"),
+        (dict(num_steps=3, patience=0, validation=lambda p: 0.0), ValueError, "patience"),
+        (dict(num_steps=3, loss="elbo"), TypeError, "loss"),
+    ],
+)
+def test_bad_arguments(backend, kwargs, error, match):
+    model, X, y = problem(backend)
+    with pytest.raises(error, match=match):
+        backend.lib.fit(model.model, model.guide, (X, y), progress=False, **kwargs)
+    with pytest.raises(ValueError, match="same length"):
+        backend.lib.fit(model.model, model.guide, (X, y[:-1]), num_steps=1, progress=False)
