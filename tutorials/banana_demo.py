@@ -31,7 +31,7 @@ def run_pyro(Xtr, ytr, Xte, steps, batch_size=100, num_draws=500):
     import pyro.distributions as dist
     import torch
     from pyro import poutine
-    from pyro.infer import SVI, TraceMeanField_ELBO
+    from pyro.infer import TraceMeanField_ELBO
     from pyro.infer.autoguide import AutoNormal
 
     import pyro_sparsegp as psg
@@ -56,9 +56,7 @@ def run_pyro(Xtr, ytr, Xte, steps, batch_size=100, num_draws=500):
         gp.guide(X, pyro.plate("data", len(X), subsample_size=min(batch_size, len(X))))
         autoguide(X, y)
 
-    svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.02}), TraceMeanField_ELBO())
-    for _ in range(steps):
-        svi.step(X, y)
+    psg.fit(model, guide, (X, y), num_steps=steps, lr=0.02, loss=TraceMeanField_ELBO(), progress=False)
 
     def predict(Xnew):
         """p(y = 1 | x) averaged over draws of b, w and f from the guide."""
@@ -79,7 +77,7 @@ def run_numpyro(Xtr, ytr, Xte, steps, batch_size=100, num_draws=500):
     import numpyro
     import numpyro.distributions as dist
     from numpyro import handlers
-    from numpyro.infer import SVI, TraceMeanField_ELBO
+    from numpyro.infer import TraceMeanField_ELBO
     from numpyro.infer.autoguide import AutoNormal
 
     import numpyro_sparsegp as nsg
@@ -102,12 +100,11 @@ def run_numpyro(Xtr, ytr, Xte, steps, batch_size=100, num_draws=500):
         gp.guide(X, numpyro.plate("data", len(X), subsample_size=min(batch_size, len(X))))
         autoguide(X, y)
 
-    svi = SVI(model, guide, numpyro.optim.Adam(0.02), TraceMeanField_ELBO())
-    params = svi.run(jax.random.PRNGKey(0), steps, X, y, progress_bar=False).params
+    params = nsg.fit(model, guide, (X, y), num_steps=steps, lr=0.02, loss=TraceMeanField_ELBO(), progress=False).params
 
     def predict(Xnew):
         Xnew = jnp.asarray(Xnew, jnp.float32)
-        mean, var = handlers.substitute(gp.predict_f, data=params)(Xnew)
+        mean, var = nsg.predict_f(gp, Xnew, params=params)
         draws = autoguide.sample_posterior(jax.random.PRNGKey(1), params, sample_shape=(num_draws,))
         f = mean + jnp.sqrt(var) * jax.random.normal(jax.random.PRNGKey(2), (num_draws, len(Xnew)))
         return np.asarray(jax.nn.sigmoid(draws["b"][:, None] + draws["w"] @ Xnew.T + f).mean(0))

@@ -1,0 +1,38 @@
+"""The tutorials run end to end in their quick mode, reach their stated accuracy and write plots."""
+import re
+import subprocess
+import sys
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run(script, *args):
+    result = subprocess.run([sys.executable, str(ROOT / "tutorials" / script), "--quick", *args],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_hierarchical_regression(backend, tmp_path):
+    output = tmp_path / "plot.png"
+    out = run(f"hierarchical_regression_{backend}.py", "--output", str(output))
+    trend, offsets = map(float, re.search(r"trend RMSE ([\d.]+), site offset RMSE ([\d.]+)", out).groups())
+    assert trend < 0.25 and offsets < 0.1  # the noise sd is 0.3; offsets spread 0.8
+    assert output.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_arviz_diagnostics(backend, tmp_path):
+    output = tmp_path / "plot.png"
+    out = run("arviz_diagnostics.py", "--backend", backend, "--output", str(output))
+    table = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("M=") and "elpd" not in line}
+    assert table["M=24"][1] == "0" and table["M=3"][1] == "1"  # LOO ranks the adequate model first
+    k = float(re.search(r"max Pareto k ([\d.]+)", out).group(1))
+    assert k < 1.0
+    assert output.stat().st_size > 10_000
