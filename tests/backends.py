@@ -67,6 +67,9 @@ class PyroBackend(Backend):
         """-ELBO estimates from ``replicates`` independent seeds."""
         return np.array([self.loss(model, guide, *args, mean_field=mean_field, seed=s, **kwargs) for s in range(replicates)])
 
+    def solve_lower(self, L, B):
+        return torch.linalg.solve_triangular(L, B, upper=False)
+
     def user_model(self, gp, noise, subsample_size=10):
         """``y ~ N(f, noise)`` written by a user around the component (minibatches from the plate)."""
         def model(X, y):
@@ -140,6 +143,9 @@ class NumPyroBackend(Backend):
         params = _params(model, guide, jax.random.PRNGKey(0), args, kwargs)
         loss = jax.jit(jax.vmap(lambda key: elbo.loss(key, params, model, guide, *args, **kwargs)))
         return np.asarray(loss(jax.random.split(jax.random.PRNGKey(1), replicates)))
+
+    def solve_lower(self, L, B):
+        return jax.scipy.linalg.solve_triangular(L, B, lower=True)
 
     def user_model(self, gp, noise, subsample_size=10):
         """``y ~ N(f, noise)`` written by a user around the component (minibatches from the plate)."""
