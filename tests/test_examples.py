@@ -20,9 +20,10 @@ def test_standalone_regression_and_classification(example):
 
 def test_demo_runs_and_writes_plot(tmp_path):
     output = tmp_path / "demo.png"
-    result = subprocess.run([sys.executable, str(ROOT / "tutorials" / "banana_demo.py"), "--steps", "300",
+    result = subprocess.run([sys.executable, str(ROOT / "tutorials" / "banana_demo.py"), "--quick",
                              "--output", str(output)], capture_output=True, text=True, check=True, timeout=600)
-    assert "Pyro     test accuracy" in result.stdout and "NumPyro  test accuracy" in result.stdout
+    accuracies = [float(line.split("test accuracy")[1].split()[0]) for line in result.stdout.splitlines() if "test accuracy" in line]
+    assert len(accuracies) == 2 and min(accuracies) > 0.8  # 300 steps; 0.88-0.90 after 2000
     assert output.stat().st_size > 10_000
 
 

@@ -7,7 +7,7 @@ licence). The linear part is guided by an autoguide, the GP by its own variation
 random quarter of the points is held out for the test metrics. Writes a plot of the predictive
 probability of both backends.
 
-    python tutorials/banana_demo.py [--steps 2000] [--output outputs/banana_demo.png]
+    python tutorials/banana_demo.py [--steps 2000 | --quick] [--output outputs/banana_demo.png]
 """
 import argparse
 import pathlib
@@ -121,7 +121,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--output", default="outputs/banana_demo.png")
+    parser.add_argument("--quick", action="store_true", help="300 steps (for CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.steps = 300
     Xtr, ytr, Xte, yte = load()
     print(f"banana: {len(ytr)} training and {len(yte)} test points; {args.steps} SVI steps per backend")
     grid = np.stack(np.meshgrid(np.linspace(-3.2, 3.2, 80), np.linspace(-3.2, 3.2, 80)), -1).reshape(-1, 2)
