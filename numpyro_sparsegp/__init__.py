@@ -1,5 +1,5 @@
 """Scalable variational Gaussian-process priors for NumPyro."""
-from . import conditionals, kernels, likelihoods, quadrature, variational
+from . import conditionals, datasets, kernels, likelihoods, quadrature, variational
 from .conditionals import conditional
 from .diagnostics import to_inference_data
 from .distributions import ExpectedLikelihood

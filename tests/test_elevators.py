@@ -12,6 +12,8 @@ import pathlib
 import numpy as np
 import pytest
 
+from sparsegp_common.datasets import Standardizer, load_uci
+
 DATA = pathlib.Path(os.environ.get("SPARSEGP_DATA", pathlib.Path(__file__).parents[2] / "shared" / "data"))
 FOLDER = DATA / "uci_elevators"
 STEPS, M, BATCH = 1000, 128, 1024
@@ -21,15 +23,11 @@ pytestmark = pytest.mark.skipif(not (FOLDER / "data.csv.gz").exists(), reason=f"
 
 @pytest.fixture(scope="module")
 def split():
-    a = np.loadtxt(FOLDER / "data.csv.gz", delimiter=",")
-    test = np.loadtxt(FOLDER / "test_mask.csv.gz", delimiter=",", dtype=bool)[:, 0]
-    X, y = a[:, :-1], a[:, -1]
-    x_mean, x_std = X[~test].mean(0), X[~test].std(0)
-    x_std[x_std == 0] = 1
-    y_mean, y_std = y[~test].mean(), y[~test].std()
-    X = (X - x_mean) / x_std
-    Z = X[~test][np.random.default_rng(0).choice((~test).sum(), M, replace=False)]
-    return X[~test], (y[~test] - y_mean) / y_std, X[test], y[test], Z, y_mean, y_std
+    Xtr, ytr, Xte, yte = load_uci("elevators", 0, data_dir=DATA)
+    x_scale, y_scale = Standardizer.fit(Xtr), Standardizer.fit(ytr)
+    Xtr, Xte = x_scale.transform(Xtr), x_scale.transform(Xte)
+    Z = Xtr[np.random.default_rng(0).choice(len(Xtr), M, replace=False)]
+    return Xtr, y_scale.transform(ytr), Xte, yte, Z, y_scale.mean, y_scale.std
 
 
 def test_elevators_rmse(backend, split):
