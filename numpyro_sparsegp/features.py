@@ -4,7 +4,7 @@
 features are orthonormal by construction, ``Kuu = I``) and ``Kuf(features, kernel, X)``
 (``batch_shape + (M, N)``) dispatch on the pair of types, as in GPflow: a new kind of feature
 (inter-domain, orthogonal, harmonic) subclasses :class:`Features` and registers its own pair.
-Both take bound objects (see :mod:`.params`).
+Both take bound objects (see :mod:`~numpyro_sparsegp.params`).
 """
 from sparsegp_common.dispatch import Dispatcher
 

@@ -18,7 +18,7 @@ class SVGP(GPPrior):
         kernel: a :class:`~numpyro_sparsegp.kernels.Kernel`; its parameters are cast to the
             dtype of ``Z``.
         Z: initial inducing inputs ``(M, D)`` (learnable), or a
-            :class:`~.features.Features` object (inter-domain features).
+            :class:`~numpyro_sparsegp.features.Features` object (inter-domain features).
         num_latent: None for one latent function (``f`` of shape ``(N,)``) or L independent
             latent functions sharing ``Z`` and the kernel (``f`` of shape ``(N, L)``).
         whiten: parametrise ``u = Luu v`` with ``q(v) = N(q_mu, q_sqrt q_sqrt^T)`` and prior

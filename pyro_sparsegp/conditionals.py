@@ -19,7 +19,7 @@ def conditional(Kuf, Luu, Kff, q_mu, q_sqrt, *, whiten=True, full_cov=False):
         Kuf: ``(M, N)`` or ``batch_shape + (M, N)``.
         Luu: lower Cholesky factor of Kuu, ``(..., M, M)``, or None for ``Kuu = I``.
         Kff: prior covariance, ``(..., N)`` diagonal, or ``(..., N, N)`` when ``full_cov``.
-        q_mu, q_sqrt: the variational parameters (see :mod:`.variational`).
+        q_mu, q_sqrt: the variational parameters (see :mod:`~pyro_sparsegp.variational`).
         whiten: whether ``u = Luu v`` with ``q(v) = N(q_mu, S)``.
         full_cov: return the full ``(..., N, N)`` covariance instead of the variances.
 
