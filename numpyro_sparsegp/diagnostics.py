@@ -5,7 +5,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.infer import Predictive, log_likelihood
 
-from sparsegp_common.diagnostics import draws_layout, inference_data, site_dims
+from sparsegp_common.diagnostics import draws_layout, inference_data, model_guide_pair, site_dims
 
 from .models import GPModel
 
@@ -34,7 +34,7 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
             its losses become ``sample_stats.elbo``; without it the initial values are used.
         **kwargs: passed to the model and guide.
     """
-    model, guide = _pair(model, guide)
+    model, guide = model_guide_pair(model, guide, GPModel)
     num_chains, _ = draws_layout(num_samples, num_chains)
     params = {} if result is None else result.params
     model, guide = handlers.substitute(model, data=params), handlers.substitute(guide, data=params)
@@ -56,16 +56,6 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
         {k: np.asarray(site["value"]) for k, site in observed.items()},
         dims, num_chains, None if result is None else result.losses,
     )
-
-
-def _pair(model, guide):
-    if isinstance(model, GPModel):
-        if guide is not None:
-            raise ValueError("pass guide=None with a GPModel: its own guide is used")
-        return model.sampled_model, model.sampled_guide
-    if guide is None:
-        raise ValueError("guide is required (unless model is a GPModel)")
-    return model, guide
 
 
 def _sample(site):

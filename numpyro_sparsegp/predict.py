@@ -4,30 +4,16 @@ through a likelihood, and posterior function samples, in batches with bounded me
 ``params`` (e.g. ``FitResult.params``) substitutes parameter values; without it the initial values
 are used. Each batch runs in one compiled program (the last batch is padded to the same shape).
 """
-from typing import NamedTuple, Optional
-
 import jax
 import jax.numpy as jnp
 from numpyro import handlers
+
+from sparsegp_common.prediction import Prediction
 
 from . import checks
 from .linalg import cholesky
 
 __all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
-
-
-class Prediction(NamedTuple):
-    """Moments of the predictive distribution of ``y``.
-
-    Attributes:
-        mean: ``(N,)`` (``(N, C)`` class probabilities for ``Softmax``).
-        variance: same shape as ``mean``.
-        quantiles: ``(Q, N)`` for the requested levels, or None.
-    """
-
-    mean: jax.Array
-    variance: jax.Array
-    quantiles: Optional[jax.Array]
 
 
 def _map_batches(fn, X, batch_size, *extra):

@@ -8,7 +8,7 @@ import numpyro
 from numpyro.infer import SVI, Trace_ELBO
 
 from sparsegp_common.training import (
-    EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, progress_bar, report,
+    EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
 )
 
 __all__ = ["FitResult", "FitState", "fit"]
@@ -73,26 +73,21 @@ def fit(
     if resume and os.path.exists(checkpoint):
         start, losses, state, best = _load(checkpoint, state, tracker)
 
-    stopped = False
-    with progress_bar(plan, start, progress) as bar:
-        for step in range(start, plan.num_steps):
-            state, value = update(state, data, plan.indices(step))
-            losses.append(float(value))
-            report(bar, losses, max(plan.steps_per_epoch, 10))
-            done = step + 1
-            if validation is not None and done % eval_every == 0:
-                if tracker.update(done, validation(svi.get_params(state))):
-                    best = state
-                stopped = tracker.should_stop
-            current = state  # bound now: the callback's params are those of this step
-            fit_state = FitState(done, plan.epoch(step), losses[-1], losses, lambda: svi.get_params(current))
-            for callback in (callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]):
-                callback(fit_state)
-            stopped = stopped or fit_state.stop
-            if checkpoint is not None and (done % checkpoint_every == 0 or stopped or done == plan.num_steps):
-                _save(checkpoint, done, state, losses, tracker, best)
-            if stopped:
-                break
+    current = [state]  # the state of the last step, read by the closures below
+
+    def step(i):
+        current[0], value = update(current[0], data, plan.indices(i))
+        return float(value)
+
+    def save(done, best):
+        _save(checkpoint, done, current[0], losses, tracker, best)
+
+    best, stopped = run_steps(
+        plan, start, losses, best, step, lambda: svi.get_params(current[0]), lambda: current[0],
+        None if checkpoint is None else save, tracker=tracker, validation=validation, eval_every=eval_every,
+        callbacks=callbacks, checkpoint_every=checkpoint_every, progress=progress,
+    )
+    state = current[0]
     if restore_best and best is not None:
         state = best
     return FitResult(np.asarray(losses), svi.get_params(state), tracker.history, tracker.best_step, stopped, state)

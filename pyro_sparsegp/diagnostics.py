@@ -8,7 +8,7 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-from sparsegp_common.diagnostics import draws_layout, inference_data, site_dims
+from sparsegp_common.diagnostics import draws_layout, inference_data, model_guide_pair, site_dims
 
 from .models import GPModel
 
@@ -36,7 +36,7 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
             losses become ``sample_stats.elbo``; without it the param store is used.
         **kwargs: passed to the model and guide.
     """
-    model, guide = _pair(model, guide)
+    model, guide = model_guide_pair(model, guide, GPModel)
     num_chains, _ = draws_layout(num_samples, num_chains)
     posterior, predictive, log_lik = defaultdict(list), defaultdict(list), defaultdict(list)
     observed, dims = {}, {}
@@ -64,16 +64,6 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
 
 def _stack(group):
     return {k: torch.stack(v).cpu().numpy() for k, v in group.items()}
-
-
-def _pair(model, guide):
-    if isinstance(model, GPModel):
-        if guide is not None:
-            raise ValueError("pass guide=None with a GPModel: its own guide is used")
-        return model.sampled_model, model.sampled_guide
-    if guide is None:
-        raise ValueError("guide is required (unless model is a GPModel)")
-    return model, guide
 
 
 @contextlib.contextmanager

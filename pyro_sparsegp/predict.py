@@ -5,30 +5,17 @@ through a likelihood, and posterior function samples, in batches with bounded me
 Pyro's param store, where ``fit`` leaves them.
 """
 import contextlib
-from typing import NamedTuple, Optional
 
 import torch
 from pyro import poutine
+
+from sparsegp_common.prediction import Prediction
 
 from . import checks
 from .linalg import cholesky
 from .params import active
 
 __all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
-
-
-class Prediction(NamedTuple):
-    """Moments of the predictive distribution of ``y``.
-
-    Attributes:
-        mean: ``(N,)`` (``(N, C)`` class probabilities for ``Softmax``).
-        variance: same shape as ``mean``.
-        quantiles: ``(Q, N)`` for the requested levels, or None.
-    """
-
-    mean: torch.Tensor
-    variance: torch.Tensor
-    quantiles: Optional[torch.Tensor]
 
 
 @contextlib.contextmanager

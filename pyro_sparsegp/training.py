@@ -7,7 +7,7 @@ import torch
 from pyro import poutine
 
 from sparsegp_common.training import (
-    EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, progress_bar, report,
+    EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
 )
 
 __all__ = ["FitResult", "FitState", "fit"]
@@ -70,30 +70,23 @@ def fit(
         store = pyro.get_param_store()
         return {name: store[name].detach().clone() for name in names}
 
-    stopped = False
-    with progress_bar(plan, start, progress) as bar:
-        for step in range(start, plan.num_steps):
-            opt.zero_grad()
-            value = loss_fn(model, guide, *_batch(data, plan, step), **kwargs)
-            value.backward()
-            opt.step()
-            if schedule is not None:
-                schedule.step()
-            losses.append(float(value.detach()))
-            report(bar, losses, max(plan.steps_per_epoch, 10))
-            done = step + 1
-            if validation is not None and done % eval_every == 0:
-                if tracker.update(done, validation(constrained())):
-                    best = [p.detach().clone() for p in params]
-                stopped = tracker.should_stop
-            state = FitState(done, plan.epoch(step), losses[-1], losses, constrained)
-            for callback in (callbacks if isinstance(callbacks, (list, tuple)) else [callbacks]):
-                callback(state)
-            stopped = stopped or state.stop
-            if checkpoint is not None and (done % checkpoint_every == 0 or stopped or done == plan.num_steps):
-                _save(checkpoint, done, names, params, opt, schedule, losses, tracker, best)
-            if stopped:
-                break
+    def step(i):
+        opt.zero_grad()
+        value = loss_fn(model, guide, *_batch(data, plan, i), **kwargs)
+        value.backward()
+        opt.step()
+        if schedule is not None:
+            schedule.step()
+        return float(value.detach())
+
+    def save(done, best):
+        _save(checkpoint, done, names, params, opt, schedule, losses, tracker, best)
+
+    best, stopped = run_steps(
+        plan, start, losses, best, step, constrained, lambda: [p.detach().clone() for p in params],
+        None if checkpoint is None else save, tracker=tracker, validation=validation, eval_every=eval_every,
+        callbacks=callbacks, checkpoint_every=checkpoint_every, progress=progress,
+    )
     if restore_best and best is not None:
         with torch.no_grad():
             for p, b in zip(params, best):

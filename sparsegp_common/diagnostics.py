@@ -14,6 +14,17 @@ def draws_layout(num_samples, num_chains):
     return num_chains, num_samples // num_chains
 
 
+def model_guide_pair(model, guide, gp_model_type):
+    """The pair to replay: a ``GPModel``'s sampled pair, or the user's model and guide."""
+    if isinstance(model, gp_model_type):
+        if guide is not None:
+            raise ValueError("pass guide=None with a GPModel: its own guide is used")
+        return model.sampled_model, model.sampled_guide
+    if guide is None:
+        raise ValueError("guide is required (unless model is a GPModel)")
+    return model, guide
+
+
 def site_dims(name, shape, event_dim, plates):
     """Dimension names of a site's value: its plates' names where a plate indexes the axis,
     ``<name>_dim_<k>`` elsewhere.

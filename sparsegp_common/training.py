@@ -168,6 +168,43 @@ def check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resu
         raise ValueError("checkpoint_every and resume need a checkpoint file (checkpoint=...)")
 
 
+def run_steps(plan, start, losses, best, step, params, snapshot, save, *, tracker, validation, eval_every,
+              callbacks, checkpoint_every, progress):
+    """The loop of both backends' ``fit``.
+
+    Args:
+        plan, start: the step plan and the first step to run (after a resume).
+        losses, best: the history so far and the best snapshot so far (None).
+        step: ``step(i) -> float`` runs 0-based step ``i`` and returns its loss.
+        params: ``params() -> dict`` of the current constrained values.
+        snapshot: ``snapshot()`` copies what restoring the best evaluation needs.
+        save: ``save(done, best)`` writes a checkpoint, or None for no checkpoints.
+
+    Returns:
+        ``(best, stopped)``.
+    """
+    callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    stopped = False
+    with progress_bar(plan, start, progress) as bar:
+        for i in range(start, plan.num_steps):
+            losses.append(step(i))
+            report(bar, losses, max(plan.steps_per_epoch, 10))
+            done = i + 1
+            if validation is not None and done % eval_every == 0:
+                if tracker.update(done, validation(params())):
+                    best = snapshot()
+                stopped = tracker.should_stop
+            state = FitState(done, plan.epoch(i), losses[-1], losses, params)
+            for callback in callbacks:
+                callback(state)
+            stopped = stopped or state.stop
+            if save is not None and (done % checkpoint_every == 0 or stopped or done == plan.num_steps):
+                save(done, best)
+            if stopped:
+                break
+    return best, stopped
+
+
 def progress_bar(plan, start, enabled):
     """A tqdm bar over the steps (disabled with ``progress=False``)."""
     return tqdm(total=plan.num_steps, initial=start, disable=not enabled, desc="fit", unit="step", dynamic_ncols=True)
