@@ -7,6 +7,7 @@ from numpyro.infer import Predictive, log_likelihood
 
 from sparsegp_common.diagnostics import draws_layout, inference_data, model_guide_pair, site_dims
 
+from .cox import CoxProcess
 from .models import GPModel
 
 __all__ = ["to_inference_data"]
@@ -24,7 +25,7 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
         model: a NumPyro model, or a :class:`~numpyro_sparsegp.GPModel` (then ``guide`` is None
             and its :meth:`~numpyro_sparsegp.GPModel.sampled_model` pair is used, whose
             ``<name>.f`` draws come from the marginals ``q(f_n)``: all per-observation
-            diagnostics need).
+            diagnostics need), or a :class:`~numpyro_sparsegp.CoxProcess` (its sampled pair likewise).
         guide: the guide fitted with ``model``.
         data: tuple of arguments of the model and guide (all observations, e.g. ``(X, y)``).
         num_samples: number of draws, split into ``num_chains`` chains of independent draws so
@@ -34,7 +35,7 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
             its losses become ``sample_stats.elbo``; without it the initial values are used.
         **kwargs: passed to the model and guide.
     """
-    model, guide = model_guide_pair(model, guide, GPModel)
+    model, guide = model_guide_pair(model, guide, (GPModel, CoxProcess))
     num_chains, _ = draws_layout(num_samples, num_chains)
     params = {} if result is None else result.params
     model, guide = handlers.substitute(model, data=params), handlers.substitute(guide, data=params)

@@ -4,10 +4,7 @@ Shapes: ``q_mu`` is ``batch_shape + (M,)``; ``q_sqrt`` is ``batch_shape + (M, M)
 triangular, positive diagonal; "full") or ``batch_shape + (M,)`` (positive; "diagonal"), where
 ``batch_shape`` is ``()`` or ``(L,)`` for L independent latent functions.
 """
-import math
-
 import jax.numpy as jnp
-import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
@@ -15,20 +12,38 @@ from numpyro.distributions.transforms import LowerCholeskyTransform, biject_to
 
 
 class _LowerCholesky(type(constraints.lower_cholesky)):
-    """``lower_cholesky`` whose transform keeps the dtype of its input."""
+    """``lower_cholesky`` reached from an unconstrained square matrix (see the transform)."""
 
 
 class _LowerCholeskyTransform(LowerCholeskyTransform):
-    # NumPyro's version builds the matrix on float64 zeros under jax_enable_x64, which breaks
-    # float32 models that factorise Kuu in float64.
-    domain = constraints.real_vector
+    """Square matrix ``x`` -> ``tril(x, -1) + diag(exp(diag(x)))``, the transform torch uses for
+    ``lower_cholesky``; the strictly upper triangle of ``x`` is ignored (its gradient is zero)."""
+
+    # NumPyro's own transform packs the M (M + 1) / 2 free entries into a vector and unpacks them
+    # by a scatter, which XLA runs serially on CPU (and constant-folds for seconds when compiling
+    # at M >= 1024); it also builds the matrix on float64 zeros under jax_enable_x64, which breaks
+    # float32 models that factorise Kuu in float64. Masking a square matrix avoids both.
+    domain = constraints.real_matrix
     codomain = _LowerCholesky()
 
     def __call__(self, x):
-        n = round((math.sqrt(1 + 8 * x.shape[-1]) - 1) / 2)
-        rows, cols = np.tril_indices(n, -1)
-        lower = jnp.zeros(x.shape[:-1] + (n, n), dtype=x.dtype).at[..., rows, cols].set(x[..., :-n])
-        return lower + jnp.exp(x[..., -n:])[..., None] * jnp.eye(n, dtype=x.dtype)
+        return jnp.tril(x, -1) + _diag_embed(jnp.exp(jnp.diagonal(x, axis1=-2, axis2=-1)))
+
+    def _inverse(self, y):
+        return jnp.tril(y, -1) + _diag_embed(jnp.log(jnp.diagonal(y, axis1=-2, axis2=-1)))
+
+    def log_abs_det_jacobian(self, x, y, intermediates=None):
+        return jnp.diagonal(x, axis1=-2, axis2=-1).sum(-1)
+
+    def forward_shape(self, shape):
+        return shape
+
+    def inverse_shape(self, shape):
+        return shape
+
+
+def _diag_embed(d):
+    return d[..., None] * jnp.eye(d.shape[-1], dtype=d.dtype)
 
 
 _lower_cholesky = _LowerCholeskyTransform.codomain
@@ -60,7 +75,7 @@ def kl(q_mu, q_sqrt, Luu=None):
     if Luu is None:
         trace, mahalanobis, log_det_K = (q_sqrt**2).sum(), (q_mu**2).sum(), 0.0
     else:
-        S_half = q_sqrt[..., None] * jnp.eye(M, dtype=q_sqrt.dtype) if diagonal else q_sqrt
+        S_half = _diag_embed(q_sqrt) if diagonal else q_sqrt
         batch = jnp.broadcast_shapes(Luu.shape[:-2], q_mu.shape[:-1])
         L = jnp.broadcast_to(Luu, batch + (M, M))
         trace = (solve_triangular(L, jnp.broadcast_to(S_half, batch + (M, M)), lower=True) ** 2).sum()

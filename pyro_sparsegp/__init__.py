@@ -1,6 +1,8 @@
 """Scalable variational Gaussian-process priors for Pyro."""
 from . import conditionals, datasets, kernels, likelihoods, quadrature, variational
 from .conditionals import conditional
+from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
+from .decoupled import DecoupledGP
 from .diagnostics import to_inference_data
 from .distributions import ExpectedLikelihood
 from .features import Features, InducingPoints, Kuf, Kuu
@@ -14,8 +16,10 @@ from .svgp import SVGP
 from .training import FitResult, fit
 
 __all__ = [
-    "Bernoulli", "CholeskyError", "ExpectedLikelihood", "Features", "GPModel", "GPPrior", "Gaussian",
-    "InducingPoints", "Kuf", "Kuu", "Matern12", "Matern32", "Matern52", "Poisson", "Prediction", "Product",
-    "FitResult", "RBF", "SVGP", "Softmax", "SquaredExponential", "StudentT", "Sum", "cholesky", "conditional",
-    "conditionals", "fit", "kernels", "likelihoods", "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data", "variational",
+    "Bernoulli", "Binned", "CholeskyError", "CoxEvents", "CoxProcess", "DecoupledGP",
+    "ExpectedLikelihood", "Features", "FitResult", "GPModel", "GPPrior", "GaussLegendre",
+    "Gaussian", "InducingPoints", "Interval", "Kuf", "Kuu", "Matern12", "Matern32", "Matern52", "Poisson", "Prediction", "Product",
+    "RBF", "Rectangle", "SVGP", "Softmax", "SquaredExponential", "StratifiedMC", "StudentT", "Sum",
+    "UserRule", "cholesky", "conditional", "conditionals", "datasets", "fit", "kernels", "likelihoods",
+    "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data", "variational",
 ]

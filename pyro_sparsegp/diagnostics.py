@@ -10,6 +10,7 @@ from pyro.poutine.util import site_is_subsample
 
 from sparsegp_common.diagnostics import draws_layout, inference_data, model_guide_pair, site_dims
 
+from .cox import CoxProcess
 from .models import GPModel
 
 __all__ = ["to_inference_data"]
@@ -26,7 +27,8 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
     Args:
         model: a Pyro model, or a :class:`~pyro_sparsegp.GPModel` (then ``guide`` is None and its
             :meth:`~pyro_sparsegp.GPModel.sampled_model` pair is used, whose ``<name>.f`` draws
-            come from the marginals ``q(f_n)``: all per-observation diagnostics need).
+            come from the marginals ``q(f_n)``: all per-observation diagnostics need), or a
+            :class:`~pyro_sparsegp.CoxProcess` (its sampled pair likewise).
         guide: the guide fitted with ``model``.
         data: tuple of arguments of the model and guide (all observations, e.g. ``(X, y)``).
         num_samples: number of draws, split into ``num_chains`` chains of independent draws so
@@ -36,7 +38,7 @@ def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chain
             losses become ``sample_stats.elbo``; without it the param store is used.
         **kwargs: passed to the model and guide.
     """
-    model, guide = model_guide_pair(model, guide, GPModel)
+    model, guide = model_guide_pair(model, guide, (GPModel, CoxProcess))
     num_chains, _ = draws_layout(num_samples, num_chains)
     posterior, predictive, log_lik = defaultdict(list), defaultdict(list), defaultdict(list)
     observed, dims = {}, {}

@@ -2,8 +2,6 @@
 import functools
 import numbers
 
-import torch
-
 from . import checks, variational
 from .conditionals import conditional
 from .features import Features, InducingPoints, Kuf, Kuu

@@ -1,0 +1,43 @@
+"""``python -m benchmarks <suite> [--quick] [--out PATH] [--threads N]``: run a suite, print its
+markdown table and append its rows as JSON lines (with the command, date, versions and machine)."""
+import argparse
+import importlib
+import time
+
+from . import harness
+
+# name -> module, imported only when its suite runs (each pulls in torch, JAX, GPyTorch, ...).
+SUITES = {
+    "peers": "benchmarks.peers",
+    "decoupled": "benchmarks.decoupled",
+    "accuracy": "benchmarks.accuracy",
+    "cox": "benchmarks.cox",
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--quick", action="store_true", help="the short version run in CI (< 2 minutes)")
+    parser.add_argument("--out", help="JSON-lines file to append to (default: outputs/benchmarks/<suite>.jsonl)")
+    parser.add_argument("--threads", type=int, default=2, help="threads for torch and XLA (default 2)")
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be a positive integer, got {args.threads}")
+
+    harness.pin_threads(args.threads)  # before the suite imports torch or JAX
+    suite = importlib.import_module(SUITES[args.suite])
+    start = time.perf_counter()
+    rows = suite.run(quick=args.quick)
+    title = suite.title(rows)
+    if any(row.get("synthetic") for row in rows):
+        title += " - SYNTHETIC data of the same shape (data directory not found)"
+    print(harness.markdown_table(suite.COLUMNS, rows, title=title))
+    meta = harness.environment()
+    meta.update({"quick": args.quick, "tiny": harness.tiny(), "suite_seconds": time.perf_counter() - start})
+    out = args.out or harness.REPO / "outputs" / "benchmarks" / f"{args.suite}.jsonl"
+    print(f"\n{len(rows)} rows appended to {harness.write_jsonl(out, rows, meta)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Shared pieces of the benchmark suites: thread pinning, timing, data, tables and JSON lines.
+
+Nothing here imports torch or JAX at module level: :func:`pin_threads` has to run before either
+is imported for the XLA setting to take effect.
+"""
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("numpy", "torch", "pyro-ppl", "jax", "jaxlib", "numpyro", "gpytorch", "linear_operator")
+
+# (rows, inputs) of the UCI sets the suites use, for the synthetic stand-ins when the data are absent.
+UCI_SHAPES = {"elevators": (16599, 18), "kin40k": (40000, 8), "protein": (45730, 9)}
+
+
+def tiny():
+    """``SPARSEGP_BENCH_TINY=1`` shrinks the suites further than ``--quick`` (for the test suite)."""
+    return os.environ.get("SPARSEGP_BENCH_TINY", "") not in ("", "0")
+
+
+def pin_threads(num_threads=2):
+    """Run torch and XLA on ``num_threads`` threads (and as many CPUs where more are available).
+
+    Must run before torch or JAX is imported: XLA reads its flags and sizes its thread pool from
+    the CPUs this process may use when it starts.
+    """
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(num_threads)
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    flags = [f for f in flags if "multi_thread_eigen" not in f and "intra_op_parallelism_threads" not in f]
+    flags += ["--xla_cpu_multi_thread_eigen=true", f"intra_op_parallelism_threads={num_threads}"]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+    if hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) > num_threads:
+            os.sched_setaffinity(0, cpus[:num_threads])
+    import torch
+
+    torch.set_num_threads(num_threads)
+    return num_threads
+
+
+def threads():
+    """Threads torch runs on (set by :func:`pin_threads`)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def block(result):
+    """Wait for an asynchronously dispatched (JAX) result; a no-op for anything else."""
+    wait = getattr(result, "block_until_ready", None)
+    if wait is not None:
+        wait()
+    return result
+
+
+def time_steps(steps, repeats, block_seconds=0.5, warmup=3, max_block=50):
+    """Seconds per call of each function in ``steps``, in timed blocks that alternate between
+    the functions so that the machine's load drifts over all of them alike.
+
+    Args:
+        steps: ``{name: step}``, each a function of no arguments doing one step.
+        repeats: timed blocks per function.
+        block_seconds: aimed length of a block; its number of calls (1 to ``max_block``) is set
+            per function from the last warm-up call.
+        warmup: untimed calls first (compilation, allocator, caches); at least 1.
+
+    Returns:
+        ``{name: [seconds per call in each block]}`` (``repeats`` values each).
+    """
+    sizes = {}
+    for name, step in steps.items():
+        for _ in range(max(warmup, 1)):
+            start = time.perf_counter()
+            block(step())
+        elapsed = max(time.perf_counter() - start, 1e-9)
+        sizes[name] = int(min(max(block_seconds // elapsed, 1), max_block))
+    blocks = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(sizes[name]):
+                result = step()
+            block(result)
+            blocks[name].append((time.perf_counter() - start) / sizes[name])
+    return blocks
+
+
+def median(values):
+    """Median of a non-empty sequence of numbers."""
+    values = list(values)
+    if not values:
+        raise ValueError("median of an empty sequence")
+    return float(statistics.median(values))
+
+
+def minibatches(num_rows, batch_size, seed=0):
+    """An endless stream of row-index arrays ``(batch_size,)``: the rows of successive
+    permutations, so every implementation timed with the same seed sees the same batches."""
+    rng = np.random.default_rng(seed)
+    while True:
+        perm = rng.permutation(num_rows)
+        for start in range(0, num_rows - batch_size + 1, batch_size):
+            yield perm[start : start + batch_size]
+
+
+def data_dir():
+    """The data directory: ``$SPARSEGP_DATA`` or ``<repo>/../shared/data``."""
+    return Path(os.environ.get("SPARSEGP_DATA") or REPO.parent / "shared" / "data")
+
+
+def load_uci(name, split=0):
+    """Train/test split of a UCI set, or a synthetic stand-in of the same shape when the data
+    directory is absent.
+
+    Returns:
+        ``(split, synthetic)``: a ``sparsegp_common.datasets.Split`` (NumPy float64
+        ``X_train (N, D)``, ``y_train (N,)``, ``X_test``, ``y_test``) and whether it is synthetic.
+    """
+    from sparsegp_common import datasets
+
+    if (data_dir() / f"uci_{name}").is_dir():
+        return datasets.load_uci(name, split=split, data_dir=data_dir()), False
+    return synthetic_uci(name), True
+
+
+def regression_problem(name, split=0):
+    """A UCI set with standardised inputs and targets (statistics of the training rows).
+
+    Returns:
+        dict with ``X_train (N, D)``, ``y_train (N,)``, ``X_test (T, D)`` (standardised),
+        ``y_test (T,)`` (original units), ``y_scaler`` (the targets' ``Standardizer``, to map
+        predictions back) and ``synthetic`` (see :func:`load_uci`).
+    """
+    from sparsegp_common.datasets import Standardizer
+
+    data, synthetic = load_uci(name, split)
+    x_scaler, y_scaler = Standardizer.fit(data.X_train), Standardizer.fit(data.y_train)
+    return {
+        "X_train": x_scaler.transform(data.X_train),
+        "y_train": y_scaler.transform(data.y_train),
+        "X_test": x_scaler.transform(data.X_test),
+        "y_test": data.y_test,
+        "y_scaler": y_scaler,
+        "synthetic": synthetic,
+    }
+
+
+def inducing_inputs(X, num_inducing, seed=0):
+    """``num_inducing`` distinct rows of ``X`` drawn at random: ``(M, D)``."""
+    if not 0 < num_inducing <= len(X):
+        raise ValueError(f"num_inducing must be in 1..{len(X)}, got {num_inducing}")
+    return X[np.random.default_rng(seed).choice(len(X), num_inducing, replace=False)]
+
+
+def synthetic_uci(name, seed=0):
+    """A smooth regression problem with the shape of UCI set ``name`` (90% train / 10% test)."""
+    from sparsegp_common import datasets
+
+    n, D = UCI_SHAPES[name]
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D))
+    W = rng.normal(size=(D, 3)) / np.sqrt(D)
+    y = np.sin(2 * X @ W).sum(-1) + 0.1 * rng.normal(size=n)
+    test = np.arange(n) % 10 == 0
+    return datasets.Split(X[~test], y[~test], X[test], y[test])
+
+
+def markdown_table(columns, rows, title=None):
+    """A markdown table.
+
+    Args:
+        columns: ``[(header, key, fmt), ...]``; a cell is ``fmt.format(row[key])``, or empty when
+            the row has no ``key`` (or it is None).
+        rows: list of dicts.
+        title: optional line printed above the table.
+
+    Returns:
+        The table as a string (title, header, separator and one line per row).
+    """
+    lines = [] if title is None else [title, ""]
+    lines.append("| " + " | ".join(header for header, _, _ in columns) + " |")
+    lines.append("|" + "---|" * len(columns))
+    for row in rows:
+        cells = ["" if row.get(key) is None else fmt.format(row[key]) for _, key, fmt in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def environment():
+    """Versions, machine and command of this run, recorded with every JSON line."""
+    versions = {"python": platform.python_version()}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "command": " ".join(["python", "-m", "benchmarks", *sys.argv[1:]]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": versions,
+        "machine": {
+            "platform": platform.platform(),
+            "processor": _cpu_model(),
+            "cpus": os.cpu_count(),
+            "cpus_used": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        },
+        "git_commit": _git_commit(),
+    }
+
+
+def write_jsonl(path, rows, meta):
+    """Append one JSON line per row, each with the run's ``meta`` (see :func:`environment`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        for row in rows:
+            f.write(json.dumps({**row, **meta}) + "\n")
+    return path
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _git_commit():
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None

@@ -1,0 +1,290 @@
+"""Observation windows and integration rules of Cox processes (NumPy only, shared by both backends).
+
+A *window* is the region ``W`` the events were observed in: an :class:`Interval`, a
+:class:`Rectangle` (any dimension, a box), or a :class:`UserRule`, a window given only through an
+integration rule of the user's (points and weights, e.g. for a disc or a polygon).
+
+A *rule* says how ``int_W g(x) dx`` is estimated; :meth:`Rule.layout` returns the
+:class:`Layout` the backends evaluate:
+
+* :class:`GaussLegendre`: fixed nodes, tensor product in several dimensions (deterministic);
+* :class:`StratifiedMC`: the box is cut into equal cells and one uniform point is drawn in each,
+  fresh at every step from the backend's RNG; ``sum_j |cell| g(U_j)`` is unbiased because
+  ``E[|cell| g(U_j)] = int_cell g``;
+* :class:`Binned`: the box is cut into cells whose event counts are Poisson with mean
+  ``|cell| * lambda(centre)``, the gridded-data form of the likelihood.
+"""
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .checks import positive_int
+
+
+class Layout(NamedTuple):
+    """What a backend needs to evaluate a rule on a window.
+
+    Attributes:
+        points: ``(P, d)`` nodes (:class:`GaussLegendre`, :class:`UserRule`), lower cell
+            corners (:class:`StratifiedMC`) or cell centres (:class:`Binned`).
+        weights: ``(P,)`` quadrature weights, or cell volumes.
+        widths: ``(d,)`` cell widths (cell rules), else None.
+        low: ``(d,)`` lower corner of the box (cell rules), else None.
+        strides: ``(d,)`` integer strides of the C-ordered cell index (cell rules), else None.
+        shape: cells per dimension (cell rules), else None.
+    """
+
+    points: np.ndarray
+    weights: np.ndarray
+    widths: np.ndarray | None = None
+    low: np.ndarray | None = None
+    strides: np.ndarray | None = None
+    shape: tuple | None = None
+
+
+# ---------------------------------------------------------------- windows
+
+
+class Window:
+    """Base class: ``dim``, ``volume``, ``bounds`` (a bounding box ``(d, 2)``) and ``contains``."""
+
+    dim = None
+    volume = None
+    bounds = None
+
+    def contains(self, X):
+        """Whether each row of ``X`` ``(N, d)`` lies in the window (borders included): ``(N,)`` bool."""
+        X = np.asarray(X, dtype=np.float64)
+        return np.all((X >= self.bounds[:, 0]) & (X <= self.bounds[:, 1]), axis=-1)
+
+    def default_rule(self):
+        """Gauss-Legendre with 64 nodes in 1-D, 32 per dimension otherwise."""
+        return GaussLegendre(64 if self.dim == 1 else 32)
+
+
+class Rectangle(Window):
+    """A box ``prod_k [low_k, high_k]``.
+
+    Args:
+        bounds: ``(d, 2)`` rows of ``(low, high)`` (a ``PointPattern.window``), finite, with
+            ``low < high`` in every dimension.
+    """
+
+    def __init__(self, bounds):
+        try:
+            bounds = np.array(bounds, dtype=np.float64, ndmin=2)
+        except (TypeError, ValueError):
+            raise TypeError(f"window bounds must be numbers of shape (d, 2), got {bounds!r}") from None
+        if bounds.ndim != 2 or bounds.shape[1] != 2 or bounds.shape[0] < 1:
+            raise ValueError(f"window bounds must have shape (d, 2), got {bounds.shape}")
+        if not np.all(np.isfinite(bounds)):
+            raise ValueError("window bounds contain NaN or inf")
+        if not np.all(bounds[:, 1] > bounds[:, 0]):
+            raise ValueError(f"the window has zero size: every low must be below its high, got {bounds.tolist()}")
+        self.bounds = bounds
+        self.dim = bounds.shape[0]
+        self.volume = float(np.prod(bounds[:, 1] - bounds[:, 0]))
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.bounds.tolist()})"
+
+
+class Interval(Rectangle):
+    """The 1-D window ``[low, high]``."""
+
+    def __init__(self, low, high):
+        super().__init__([[low, high]])
+
+
+class UserRule(Window):
+    """A window given by an integration rule: ``int_W g ~= sum_j weights_j g(points_j)``.
+
+    Args:
+        points: ``(P, d)`` nodes inside the window.
+        weights: ``(P,)`` non-negative weights with a positive sum (the window's area).
+        contains: optional ``contains(X) -> (N,) bool`` for NumPy ``X``: used to check the events
+            and to simulate; by default the bounding box of ``points``.
+    """
+
+    random = False  # it is also its own (fixed) integration rule
+    binned = False
+
+    def __init__(self, points, weights, contains=None):
+        points = np.array(points, dtype=np.float64, ndmin=2)
+        weights = np.asarray(weights, dtype=np.float64)
+        if points.ndim != 2 or weights.shape != points.shape[:1]:
+            raise ValueError(f"points must be (P, d) and weights (P,), got {points.shape} and {weights.shape}")
+        if not (np.all(np.isfinite(points)) and np.all(np.isfinite(weights))):
+            raise ValueError("points and weights of a UserRule must be finite")
+        if np.any(weights < 0) or not weights.sum() > 0:
+            raise ValueError("the window has zero size: weights must be non-negative with a positive sum")
+        if contains is not None and not callable(contains):
+            raise TypeError(f"contains must be callable, got {type(contains).__name__}")
+        self.points, self.weights, self._contains = points, weights, contains
+        self.dim, self.volume = points.shape[1], float(weights.sum())
+        self.bounds = np.stack([points.min(0), points.max(0)], axis=1)
+
+    def contains(self, X):
+        if self._contains is None:
+            return super().contains(X)
+        return np.asarray(self._contains(np.asarray(X, dtype=np.float64)), dtype=bool)
+
+    def default_rule(self):
+        return self
+
+
+def as_window(window):
+    """A :class:`Window`, or an array-like ``(d, 2)`` of bounds turned into a :class:`Rectangle`."""
+    return window if isinstance(window, Window) else Rectangle(window)
+
+
+# ---------------------------------------------------------------- rules
+
+
+class Rule:
+    """Base class of integration rules; ``random`` rules draw fresh points at every evaluation."""
+
+    random = False
+    binned = False
+
+    def layout(self, window):
+        raise NotImplementedError
+
+
+def _per_dim(num_points, dim, name):
+    counts = (num_points,) * dim if np.isscalar(num_points) else tuple(num_points)
+    if len(counts) != dim:
+        raise ValueError(f"{name} needs one count per dimension ({dim}), got {num_points!r}")
+    return tuple(positive_int(c, name) for c in counts)
+
+
+def _box(window, rule):
+    if not isinstance(window, Rectangle):
+        raise TypeError(f"{type(rule).__name__} needs a Rectangle or Interval window, got {type(window).__name__}")
+    return window.bounds
+
+
+class GaussLegendre(Rule):
+    """Tensor-product Gauss-Legendre rule; exact for polynomials of degree < 2 n per dimension.
+
+    Args:
+        num_points: nodes per dimension (an int, or one per dimension).
+    """
+
+    def __init__(self, num_points=32):
+        self.num_points = num_points if np.isscalar(num_points) else tuple(num_points)
+        _per_dim(self.num_points, 1 if np.isscalar(num_points) else len(self.num_points), "num_points")
+
+    def layout(self, window):
+        bounds = _box(window, self)
+        axes_x, axes_w = [], []
+        for (lo, hi), n in zip(bounds, _per_dim(self.num_points, window.dim, "num_points")):
+            x, w = np.polynomial.legendre.leggauss(n)
+            axes_x.append(lo + (x + 1) * (hi - lo) / 2)
+            axes_w.append(w * (hi - lo) / 2)
+        points = np.stack([g.ravel() for g in np.meshgrid(*axes_x, indexing="ij")], axis=-1)
+        weights = math.prod(np.meshgrid(*axes_w, indexing="ij")).ravel()
+        return Layout(points, weights)
+
+
+class _Cells(Rule):
+    def __init__(self, num_points=32):
+        self.num_points = num_points if np.isscalar(num_points) else tuple(num_points)
+        _per_dim(self.num_points, 1 if np.isscalar(num_points) else len(self.num_points), "num_points")
+
+    def layout(self, window):
+        bounds = _box(window, self)
+        shape = _per_dim(self.num_points, window.dim, "num_points")
+        widths = (bounds[:, 1] - bounds[:, 0]) / np.array(shape)
+        index = np.stack([g.ravel() for g in np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")], axis=-1)
+        corners = bounds[:, 0] + index * widths
+        points = corners + widths / 2 if self.binned else corners
+        strides = np.array([math.prod(shape[k + 1:]) for k in range(len(shape))], dtype=np.int64)
+        weights = np.full(len(points), float(np.prod(widths)))
+        return Layout(points, weights, widths, bounds[:, 0].copy(), strides, shape)
+
+
+class StratifiedMC(_Cells):
+    """Randomised stratified Monte Carlo: one uniform point per cell of an equal grid, redrawn
+    at every evaluation; unbiased for ``int_W g``.
+
+    Args:
+        num_points: cells per dimension (an int, or one per dimension).
+    """
+
+    random = True
+
+
+class Binned(_Cells):
+    """Binned counts: a Poisson per cell of an equal grid, ``count ~ Poisson(|cell| lambda(centre))``.
+
+    Args:
+        num_points: cells per dimension (an int, or one per dimension).
+    """
+
+    binned = True
+
+
+def as_rule(integration, window):
+    """The rule to use: ``integration`` or the window's default."""
+    if integration is None:
+        return window.default_rule()
+    if isinstance(window, UserRule) and integration is not window:
+        raise ValueError("a UserRule window is its own integration rule: pass integration=None")
+    if not isinstance(integration, (Rule, UserRule)):
+        raise TypeError(f"integration must be an integration rule (GaussLegendre, StratifiedMC, Binned), "
+                        f"got {type(integration).__name__}")
+    return integration
+
+
+def rule_layout(rule, window):
+    """:class:`Layout` of ``rule`` on ``window`` (a :class:`UserRule` lays out its own points)."""
+    if isinstance(rule, UserRule):
+        return Layout(rule.points, rule.weights)
+    return rule.layout(window)
+
+
+def check_events(events, window):
+    """Raise a ValueError when a (concrete, NumPy) pattern is empty or has events outside ``window``."""
+    if events.shape[0] == 0:
+        raise ValueError("events is empty: a Cox process needs at least one event")
+    outside = ~window.contains(events)
+    if outside.any():
+        raise ValueError(f"events has {int(outside.sum())} event(s) outside the window {window!r}, "
+                         f"e.g. {events[outside][0].tolist()}")
+
+
+# ---------------------------------------------------------------- simulation by thinning
+
+
+def thin(window, log_bound, draw_log_intensity, rng, max_tries=10):
+    """One pattern of a Poisson process by thinning, given draws of its log-intensity.
+
+    Candidates are a homogeneous process of rate ``exp(log_bound)`` on the window's bounding box
+    (kept when inside the window); each is accepted with probability ``lambda(x) / bound``. A
+    draw whose intensity exceeds the bound at a candidate is redrawn with the bound doubled.
+
+    Args:
+        window: the :class:`Window`.
+        log_bound: log of the first dominating rate.
+        draw_log_intensity: ``fn(candidates (C, d), seed) -> (C,)`` NumPy log-intensity of one
+            joint draw at the candidates.
+        rng: a ``numpy.random.Generator``.
+
+    Returns:
+        The accepted events ``(n, d)`` (NumPy float64).
+    """
+    box = window.bounds
+    box_volume = float(np.prod(box[:, 1] - box[:, 0]))
+    for _ in range(max_tries):
+        count = rng.poisson(math.exp(log_bound) * box_volume)
+        candidates = box[:, 0] + rng.uniform(size=(count, window.dim)) * (box[:, 1] - box[:, 0])
+        candidates = candidates[window.contains(candidates)]
+        if len(candidates) == 0:
+            return candidates
+        log_lam = np.asarray(draw_log_intensity(candidates, int(rng.integers(2**31))), dtype=np.float64)
+        if np.all(log_lam <= log_bound):
+            return candidates[np.log(rng.uniform(size=len(candidates))) < log_lam - log_bound]
+        log_bound += math.log(2.0)
+    raise RuntimeError(f"thinning: the intensity kept exceeding its bound after {max_tries} doublings")

@@ -1,0 +1,117 @@
+"""The benchmark entry point runs its suites end to end (shrunk by ``SPARSEGP_BENCH_TINY=1``), and
+the harness's timing and table pieces do what they say."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import harness  # noqa: E402
+
+pytest.importorskip("gpytorch")
+
+
+def run_suite(suite, tmp_path):
+    out = tmp_path / f"{suite}.jsonl"
+    env = {**os.environ, "SPARSEGP_BENCH_TINY": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop("XLA_FLAGS", None)  # the harness sets its own thread flags
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", suite, "--quick", "--out", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return proc.stdout, rows
+
+
+def table_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("|")]
+
+
+def check_meta(row, suite):
+    assert row["suite"] == suite
+    assert row["command"].startswith(f"python -m benchmarks {suite} --quick")
+    assert row["quick"] is True and row["tiny"] is True
+    assert row["versions"]["torch"] and row["versions"]["jax"] and row["versions"]["gpytorch"]
+    assert row["machine"]["cpus"] >= 1 and row["date"]
+    assert row["threads"] == 2
+
+
+@pytest.mark.slow
+def test_peers_quick(tmp_path):
+    stdout, rows = run_suite("peers", tmp_path)
+    lines = table_lines(stdout)
+    assert lines[0].startswith("| M | ours (Pyro) | ours (NumPyro, jit) | GPyTorch | pyro.contrib.gp |")
+    assert len(lines) == 2 + len(rows) and len(rows) >= 1
+    for row in rows:
+        check_meta(row, "peers")
+        for key in ("ours_pyro", "ours_numpyro", "gpytorch", "contrib_gp"):
+            assert row[f"seconds_{key}"] > 0
+            assert all(b > 0 for b in row[f"blocks_{key}"]) and len(row[f"blocks_{key}"]) == row["repeats"]
+            if key != "gpytorch":
+                assert row[f"ratio_{key}"] == pytest.approx(row["seconds_gpytorch"] / row[f"seconds_{key}"])
+        assert f"| {row['M']} |" in stdout
+
+
+@pytest.mark.slow
+def test_accuracy_quick(tmp_path):
+    stdout, rows = run_suite("accuracy", tmp_path)
+    lines = table_lines(stdout)
+    assert lines[0] == "| dataset | implementation | test RMSE | test NLPD | train seconds |"
+    assert len(lines) == 2 + len(rows)
+    assert {row["implementation"] for row in rows} == {"ours (Pyro)", "ours (NumPyro, jit)", "GPyTorch"}
+    for row in rows:
+        check_meta(row, "accuracy")
+        assert row["seconds"] > 0 and math.isfinite(row["final_loss"])
+        assert math.isfinite(row["rmse"]) and row["rmse"] > 0 and math.isfinite(row["nlpd"])
+    # same data, same steps: the three fits agree on the test RMSE to within a few percent
+    rmse = [row["rmse"] for row in rows]
+    assert max(rmse) < 1.05 * min(rmse)
+
+
+def test_median_and_table():
+    assert harness.median([3.0, 1.0, 2.0]) == 2.0
+    assert harness.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    with pytest.raises(ValueError, match="empty"):
+        harness.median([])
+    columns = [("M", "M", "{}"), ("time", "seconds", "{:.2f} s"), ("ratio", "ratio", "{:.1f}")]
+    rows = [{"M": 256, "seconds": 0.0123, "ratio": 2.04}, {"M": 1024, "seconds": 1.5}]
+    assert harness.markdown_table(columns, rows, title="T").splitlines() == [
+        "T",
+        "",
+        "| M | time | ratio |",
+        "|---|---|---|",
+        "| 256 | 0.01 s | 2.0 |",
+        "| 1024 | 1.50 s |  |",
+    ]
+
+
+def test_time_steps_alternates_and_counts():
+    calls = []
+    steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    blocks = harness.time_steps(steps, repeats=3, block_seconds=0.0, warmup=2)
+    assert set(blocks) == {"a", "b"} and all(len(v) == 3 and min(v) >= 0 for v in blocks.values())
+    # 2 warm-up calls each, then one call per block (block_seconds=0), blocks alternating
+    assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3
+
+
+def test_minibatches_cover_each_epoch():
+    stream = harness.minibatches(10, 3, seed=1)
+    epoch = [next(stream) for _ in range(3)]
+    assert all(len(b) == 3 for b in epoch)
+    assert len(set(map(int, [i for b in epoch for i in b]))) == 9  # without replacement
+    again = harness.minibatches(10, 3, seed=1)
+    assert all((next(again) == b).all() for b in epoch)
+
+
+def test_write_jsonl_appends_meta(tmp_path):
+    path = harness.write_jsonl(tmp_path / "sub" / "x.jsonl", [{"a": 1}, {"a": 2}], {"command": "c"})
+    harness.write_jsonl(path, [{"a": 3}], {"command": "d"})
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows == [{"a": 1, "command": "c"}, {"a": 2, "command": "c"}, {"a": 3, "command": "d"}]
