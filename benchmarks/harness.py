@@ -57,6 +57,12 @@ def threads():
     return torch.get_num_threads()
 
 
+def load_average():
+    """The 1-, 5- and 15-minute load averages (None where unknown): other jobs on the machine
+    inflate the times, so the suites record the load next to them."""
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
 def block(result):
     """Wait for an asynchronously dispatched (JAX) result; a no-op for anything else."""
     wait = getattr(result, "block_until_ready", None)
@@ -215,7 +221,7 @@ def environment():
             "processor": _cpu_model(),
             "cpus": os.cpu_count(),
             "cpus_used": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "load_average": load_average(),
         },
         "git_commit": _git_commit(),
     }

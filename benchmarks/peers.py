@@ -54,7 +54,7 @@ def run(quick):
         row = {
             "suite": "peers", "dataset": DATASET, "synthetic": problem["synthetic"], "num_data": len(X),
             "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32",
-            "threads": harness.threads(), "repeats": opts["repeats"],
+            "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
         }
         for key in ORDER:
             row[f"seconds_{key}"] = seconds[key]

@@ -8,8 +8,8 @@ With ``A = Luu^{-1} Kuf`` and ``B = A`` (whitened) or ``B = Luu^{-T} A`` (unwhit
 whitening is the identity.
 """
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
 
+from .linalg import solve_lower
 from .variational import is_diagonal
 
 
@@ -28,8 +28,8 @@ def conditional(Kuf, Luu, Kff, q_mu, q_sqrt, *, whiten=True, full_cov=False):
         ``mean`` of shape ``batch_shape + (N,)`` and ``var`` (``batch_shape + (N,)``) or
         ``cov`` (``batch_shape + (N, N)``).
     """
-    A = Kuf if Luu is None else solve_triangular(Luu, Kuf, lower=True)
-    B = A if (whiten or Luu is None) else solve_triangular(jnp.swapaxes(Luu, -1, -2), A, lower=False)
+    A = Kuf if Luu is None else solve_lower(Luu, Kuf)
+    B = A if (whiten or Luu is None) else solve_lower(Luu, A, transpose=True)
     mean = (q_mu[..., None, :] @ B)[..., 0, :]
     SB = q_sqrt[..., None] * B if is_diagonal(q_mu, q_sqrt) else jnp.swapaxes(q_sqrt, -1, -2) @ B
     if full_cov:

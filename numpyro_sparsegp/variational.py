@@ -6,9 +6,10 @@ triangular, positive diagonal; "full") or ``batch_shape + (M,)`` (positive; "dia
 """
 import jax.numpy as jnp
 import numpyro.distributions as dist
-from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import LowerCholeskyTransform, biject_to
+
+from .linalg import solve_lower
 
 
 class _LowerCholesky(type(constraints.lower_cholesky)):
@@ -76,10 +77,8 @@ def kl(q_mu, q_sqrt, Luu=None):
         trace, mahalanobis, log_det_K = (q_sqrt**2).sum(), (q_mu**2).sum(), 0.0
     else:
         S_half = _diag_embed(q_sqrt) if diagonal else q_sqrt
-        batch = jnp.broadcast_shapes(Luu.shape[:-2], q_mu.shape[:-1])
-        L = jnp.broadcast_to(Luu, batch + (M, M))
-        trace = (solve_triangular(L, jnp.broadcast_to(S_half, batch + (M, M)), lower=True) ** 2).sum()
-        mahalanobis = (solve_triangular(L, jnp.broadcast_to(q_mu, batch + (M,))[..., None], lower=True) ** 2).sum()
+        trace = (solve_lower(Luu, S_half) ** 2).sum()
+        mahalanobis = (solve_lower(Luu, q_mu[..., None]) ** 2).sum()
         log_det_K = 2 * jnp.broadcast_to(jnp.log(jnp.diagonal(Luu, axis1=-2, axis2=-1)), q_mu.shape).sum()
     return 0.5 * (trace + mahalanobis - num * M + log_det_K - log_det_S)
 

@@ -9,6 +9,7 @@ whitening is the identity.
 """
 import torch
 
+from .linalg import solve_lower
 from .variational import is_diagonal
 
 
@@ -27,8 +28,8 @@ def conditional(Kuf, Luu, Kff, q_mu, q_sqrt, *, whiten=True, full_cov=False):
         ``mean`` of shape ``batch_shape + (N,)`` and ``var`` (``batch_shape + (N,)``) or
         ``cov`` (``batch_shape + (N, N)``).
     """
-    A = Kuf if Luu is None else torch.linalg.solve_triangular(Luu, Kuf, upper=False)
-    B = A if (whiten or Luu is None) else torch.linalg.solve_triangular(Luu.transpose(-1, -2), A, upper=True)
+    A = Kuf if Luu is None else solve_lower(Luu, Kuf)
+    B = A if (whiten or Luu is None) else solve_lower(Luu, A, transpose=True)
     mean = (q_mu.unsqueeze(-2) @ B).squeeze(-2)
     SB = q_sqrt.unsqueeze(-1) * B if is_diagonal(q_mu, q_sqrt) else q_sqrt.transpose(-1, -2) @ B
     if full_cov:

@@ -1,4 +1,4 @@
-"""Cholesky factorisation with jitter escalation."""
+"""Cholesky factorisation with jitter escalation, and triangular solves."""
 import torch
 
 from sparsegp_common.messages import cholesky_failed
@@ -24,3 +24,18 @@ def cholesky(A, jitter=1e-6, max_tries=3, dtype=None):
         if not bool(info.any()):
             return L.to(A.dtype)
     raise CholeskyError(cholesky_failed(A.shape, work.dtype, level))
+
+
+def solve_lower(L, B, transpose=False):
+    """``L^{-1} B``, or ``L^{-T} B`` with ``transpose``, for lower-triangular ``L``.
+
+    Args:
+        L: ``(..., M, M)`` lower triangular with non-zero diagonal.
+        B: ``(..., M, K)``; the batch shapes of ``L`` and ``B`` broadcast.
+
+    Returns:
+        ``(..., M, K)`` with the broadcast batch shape.
+    """
+    if transpose:
+        return torch.linalg.solve_triangular(L.transpose(-1, -2), B, upper=True)
+    return torch.linalg.solve_triangular(L, B, upper=False)

@@ -8,6 +8,8 @@ import pyro.distributions as dist
 import torch
 from torch.distributions import constraints
 
+from .linalg import solve_lower
+
 
 def init_q(num_inducing, batch_shape, diagonal, like, Luu=None):
     """``(q_mu, q_sqrt, constraint)`` at the prior: ``q_sqrt = I`` (whitened) or ``Luu``."""
@@ -35,8 +37,8 @@ def kl(q_mu, q_sqrt, Luu=None):
         trace, mahalanobis, log_det_K = (q_sqrt**2).sum(), (q_mu**2).sum(), 0.0
     else:
         S_half = torch.diag_embed(q_sqrt) if diagonal else q_sqrt
-        trace = (torch.linalg.solve_triangular(Luu, S_half, upper=False) ** 2).sum()
-        mahalanobis = (torch.linalg.solve_triangular(Luu, q_mu.unsqueeze(-1), upper=False) ** 2).sum()
+        trace = (solve_lower(Luu, S_half) ** 2).sum()
+        mahalanobis = (solve_lower(Luu, q_mu.unsqueeze(-1)) ** 2).sum()
         log_det_K = 2 * torch.log(Luu.diagonal(dim1=-2, dim2=-1)).expand_as(q_mu).sum()
     return 0.5 * (trace + mahalanobis - num * M + log_det_K - log_det_S)
 

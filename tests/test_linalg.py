@@ -1,0 +1,119 @@
+"""Triangular solves and the Cholesky factor, with their gradients, against NumPy references
+(values) and JAX's own differentiation rules (the NumPyro backend writes its gradients by hand)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from jax.scipy.linalg import solve_triangular
+from numpyro.distributions.transforms import biject_to
+
+import numpyro_sparsegp.linalg as nla
+import pyro_sparsegp.linalg as pla
+from numpyro_sparsegp.variational import init_q
+
+
+def spd(rng, M, batch=()):
+    G = rng.normal(size=batch + (M, M))
+    return G @ np.swapaxes(G, -1, -2) / M + np.eye(M)
+
+
+@pytest.mark.parametrize("batch_L,batch_B", [((), ()), ((3,), (3,)), ((), (2,)), ((2,), ())])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_solve_lower_values_both_backends(rng, batch_L, batch_B, transpose):
+    L = np.linalg.cholesky(spd(rng, 5, batch_L))
+    B = rng.normal(size=batch_B + (5, 4))
+    Lt = np.swapaxes(L, -1, -2) if transpose else L
+    expected = np.linalg.solve(Lt, np.broadcast_to(B, np.broadcast_shapes(Lt.shape[:-2], B.shape[:-2]) + B.shape[-2:]))
+    got_n = nla.solve_lower(jnp.asarray(L), jnp.asarray(B), transpose=transpose)
+    got_p = pla.solve_lower(torch.as_tensor(L), torch.as_tensor(B), transpose=transpose)
+    np.testing.assert_allclose(np.asarray(got_n), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got_p.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_solve_lower_gradient_matches_jax_rule(rng, batch, transpose):
+    L = jnp.asarray(np.linalg.cholesky(spd(rng, 6, batch)))
+    B = jnp.asarray(rng.normal(size=batch + (6, 3)))
+    W = jnp.asarray(rng.normal(size=batch + (6, 3)))
+
+    def ours(L, B):
+        return (jnp.sin(nla.solve_lower(L, B, transpose=transpose)) * W).sum()
+
+    def reference(L, B):
+        return (jnp.sin(solve_triangular(L, B, lower=True, trans=1 if transpose else 0)) * W).sum()
+
+    for g, r in zip(jax.grad(ours, (0, 1))(L, B), jax.grad(reference, (0, 1))(L, B)):
+        # only the lower triangle of L is an input (JAX's rule also returns zeros above it)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-9, atol=1e-12)
+
+
+def test_solve_lower_gradient_with_broadcast_factor(rng):
+    L = jnp.asarray(np.linalg.cholesky(spd(rng, 4)))
+    B = jnp.asarray(rng.normal(size=(3, 4, 2)))
+    g = jax.grad(lambda L: (nla.solve_lower(L, B) ** 2).sum())(L)
+    r = jax.grad(lambda L: sum((solve_triangular(L, b, lower=True) ** 2).sum() for b in B))(L)
+    assert g.shape == L.shape
+    np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_cholesky_gradient_matches_jax_rule(rng, batch):
+    A = jnp.asarray(spd(rng, 7, batch))
+    W = jnp.asarray(np.tril(rng.normal(size=batch + (7, 7))))
+
+    def loss(chol):
+        return lambda A: (jnp.cos(chol(A)) * W).sum()
+
+    ours = jax.grad(loss(lambda A: nla.cholesky(A, jitter=0.0)))(A)
+    reference = jax.grad(loss(jnp.linalg.cholesky))(A)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(reference), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(ours), np.swapaxes(np.asarray(ours), -1, -2), atol=1e-12)
+    # the same under jit, where the jitter retries are traced conditionals
+    jitted = jax.jit(jax.grad(loss(lambda A: nla.cholesky(A, jitter=0.0))))(A)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(reference), rtol=1e-9, atol=1e-12)
+
+
+def test_forward_mode_matches_jax_rules(rng):
+    A = jnp.asarray(spd(rng, 5))
+    B = jnp.asarray(rng.normal(size=(5, 2)))
+
+    def ours(A):
+        return nla.solve_lower(nla.cholesky(A, jitter=0.0), B, transpose=True)
+
+    def reference(A):
+        return solve_triangular(jnp.linalg.cholesky(A), B, lower=True, trans=1)
+
+    np.testing.assert_allclose(np.asarray(jax.jacfwd(ours)(A)), np.asarray(jax.jacfwd(reference)(A)), rtol=1e-9, atol=1e-12)
+    hess = jax.hessian(lambda A: (ours(A) ** 2).sum())(A)
+    np.testing.assert_allclose(np.asarray(hess), np.asarray(jax.hessian(lambda A: (reference(A) ** 2).sum())(A)), rtol=1e-8, atol=1e-10)
+
+
+def test_cholesky_gradient_matches_finite_differences(rng):
+    A = spd(rng, 4)
+    W = rng.normal(size=(4, 4))
+    f = lambda A: float((np.linalg.cholesky(A) * W).sum())  # noqa: E731
+    g = np.asarray(jax.grad(lambda A: (nla.cholesky(A, jitter=0.0) * W).sum())(jnp.asarray(A)))
+    eps = 1e-6
+    for i, j in [(0, 0), (2, 1), (3, 3), (1, 3)]:
+        E = np.zeros((4, 4))
+        E[i, j] = E[j, i] = eps  # symmetric perturbation: d f = <g, E> with g symmetric
+        fd = (f(A + E) - f(A - E)) / (2 * eps)
+        assert (g * E).sum() / eps == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+def test_lower_cholesky_transform_masks_a_square_matrix(rng):
+    _, q_sqrt, constraint = init_q(4, (), False, jnp.zeros(1))
+    transform = biject_to(constraint)
+    L = jnp.asarray(np.linalg.cholesky(spd(rng, 4)))
+    x = transform.inv(L)
+    assert x.shape == (4, 4)
+    np.testing.assert_allclose(np.asarray(transform(x)), np.asarray(L), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(transform.inv(q_sqrt)), np.zeros((4, 4)), atol=0)
+    # the strictly upper triangle is ignored, like torch's lower_cholesky transform
+    g = jax.grad(lambda x: (transform(x) ** 2).sum())(x + jnp.triu(jnp.ones((4, 4)), 1))
+    assert np.all(np.asarray(jnp.triu(g, 1)) == 0)
+    torch_transform = torch.distributions.transform_to(torch.distributions.constraints.lower_cholesky)
+    y = x + jnp.triu(jnp.ones((4, 4)), 1)
+    np.testing.assert_allclose(np.asarray(transform(y)), torch_transform(torch.tensor(np.array(y))).numpy(), rtol=1e-12)
