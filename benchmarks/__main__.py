@@ -29,10 +29,12 @@ def main(argv=None):
     suite = importlib.import_module(SUITES[args.suite])
     start = time.perf_counter()
     rows = suite.run(quick=args.quick)
-    title = suite.title(rows)
-    if any(row.get("synthetic") for row in rows):
-        title += " - SYNTHETIC data of the same shape (data directory not found)"
-    print(harness.markdown_table(suite.COLUMNS, rows, title=title))
+    # a suite prints one table (title, COLUMNS) or several (tables)
+    tables = suite.tables(rows) if hasattr(suite, "tables") else [(suite.title(rows), suite.COLUMNS, rows)]
+    for title, columns, table_rows in tables:
+        if any(row.get("synthetic") for row in table_rows):
+            title += " - SYNTHETIC data of the same shape (data directory not found)"
+        print(harness.markdown_table(columns, table_rows, title=title) + "\n")
     meta = harness.environment()
     meta.update({"quick": args.quick, "tiny": harness.tiny(), "suite_seconds": time.perf_counter() - start})
     out = args.out or harness.REPO / "outputs" / "benchmarks" / f"{args.suite}.jsonl"

@@ -51,6 +51,8 @@ class Runner:
 class OursPyro(Runner):
     name = "ours (Pyro)"
     key = "ours_pyro"
+    # Not the default name "likelihood": pyro.contrib.gp's Gaussian has that name in the same param store.
+    likelihood_name = "ours_likelihood"
 
     def __init__(self, X, y, Z, batches, lr):
         import pyro
@@ -61,9 +63,8 @@ class OursPyro(Runner):
 
         self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
         kernel = psg.RBF(lengthscale=torch.full((X.shape[1],), LENGTHSCALE), variance=VARIANCE)
-        prior = psg.SVGP(kernel, torch.as_tensor(Z, dtype=torch.float32))
-        # Not the default name "likelihood": pyro.contrib.gp's Gaussian has that name in the same param store.
-        likelihood = psg.Gaussian(variance=NOISE, name="ours_likelihood")
+        prior = self.prior(kernel, torch.as_tensor(Z, dtype=torch.float32))
+        likelihood = psg.Gaussian(variance=NOISE, name=self.likelihood_name)
         self.gp = psg.GPModel(prior, likelihood, num_data=len(X))
         self.loss = pyro.infer.Trace_ELBO().differentiable_loss
         self.batches = batches
@@ -82,6 +83,12 @@ class OursPyro(Runner):
         loss.backward()
         self.opt.step()
         return float(loss.detach())
+
+    def prior(self, kernel, Z):
+        """The GP prior component trained (the suites swap in other priors)."""
+        import pyro_sparsegp as psg
+
+        return psg.SVGP(kernel, Z)
 
     def predict(self, X):
         import torch
@@ -106,7 +113,7 @@ class OursNumPyro(Runner):
 
         self.data = (jnp.asarray(X, dtype=jnp.float32), jnp.asarray(y, dtype=jnp.float32))
         kernel = nsg.RBF(lengthscale=jnp.full((X.shape[1],), LENGTHSCALE, dtype=jnp.float32), variance=VARIANCE)
-        prior = nsg.SVGP(kernel, jnp.asarray(Z, dtype=jnp.float32))
+        prior = self.prior(kernel, jnp.asarray(Z, dtype=jnp.float32))
         self.gp = nsg.GPModel(prior, nsg.Gaussian(variance=NOISE), num_data=len(X))
         self.svi = SVI(self.gp.model, self.gp.guide, numpyro.optim.Adam(lr), Trace_ELBO())
         self.batches = batches
@@ -116,6 +123,12 @@ class OursNumPyro(Runner):
     def step(self):
         self.state, loss = self.update(self.state, self.data, next(self.batches))
         return float(loss)
+
+    def prior(self, kernel, Z):
+        """The GP prior component trained (the suites swap in other priors)."""
+        import numpyro_sparsegp as nsg
+
+        return nsg.SVGP(kernel, Z)
 
     def predict(self, X):
         import jax.numpy as jnp

@@ -185,7 +185,7 @@ class DecoupledPosterior:
         size = self.kl_subsample_size if subsample else None
         quad = 0.5 * quadratic_form(self.kernel, self.Z_alpha, self.a, self.kl_chunk_size, size)
         if self.parametrization == "hybrid":
-            Kba_a = self.kernel.K(self.Z_beta, self.Z_alpha) @ self.a[..., None]
+            Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a[..., None])
             batch = jnp.broadcast_shapes(self.Luu.shape[:-2], Kba_a.shape[:-2], self.q_mu.shape[:-1])
             Luu = jnp.broadcast_to(self.Luu, batch + self.Luu.shape[-2:])
             solve = functools.partial(solve_triangular, Luu, lower=True)
@@ -203,7 +203,7 @@ class DecoupledPosterior:
 
     def marginals(self, X, full_cov=False):
         Kff = self.kernel.K(X) if full_cov else self.kernel.K_diag(X)
-        mean = (self.kernel.K(X, self.Z_alpha) @ self.a[..., None])[..., 0]
+        mean = self.kernel.K_matvec(X, self.Z_alpha, self.a[..., None])[..., 0]
         Kbx = self.kernel.K(self.Z_beta, X)
         if self.parametrization == "hybrid":
             base, var = conditional(Kbx, self.Luu, Kff, self.q_mu, self.q_sqrt, whiten=False, full_cov=full_cov)
@@ -253,4 +253,4 @@ def quadratic_form(kernel, Z, a, chunk_size, subsample_size=None):
 
 def _block(kernel, Z, a, rows, weights):
     """``sum_{j in rows} weights_j a_j K(z_j, Z) a``."""
-    return ((weights * a[..., rows])[..., None, :] @ kernel.K(Z[rows], Z) @ a[..., None]).sum()
+    return (weights * a[..., rows] * kernel.K_matvec(Z[rows], Z, a[..., None])[..., 0]).sum()

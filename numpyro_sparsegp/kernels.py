@@ -34,6 +34,11 @@ class Kernel(Parameterized):
     def K_diag(self, X):
         raise NotImplementedError
 
+    def K_matvec(self, X, Z, v):
+        """``K(X, Z) @ v``: ``v`` is ``batch_shape + (M, K)``, the result ``batch_shape + (N, K)``
+        (under ``jit``, XLA fuses the elementwise work on ``K`` into few passes)."""
+        return self.K(X, Z) @ v
+
     def spectral_density(self, omega):
         """Spectral density at frequencies ``omega`` (..., D): shape ``batch_shape + omega.shape[:-1]``."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form spectral density")

@@ -187,7 +187,7 @@ class DecoupledPosterior:
         size = self.kl_subsample_size if subsample else None
         quad = 0.5 * quadratic_form(self.kernel, self.Z_alpha, self.a, self.kl_chunk_size, size)
         if self.parametrization == "hybrid":
-            Kba_a = (self.kernel.K(self.Z_beta, self.Z_alpha) @ self.a.unsqueeze(-1))
+            Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a.unsqueeze(-1))
             solve = functools.partial(torch.linalg.solve_triangular, self.Luu, upper=False)
             cross = (solve(self.q_mu.unsqueeze(-1)) * solve(Kba_a)).sum()
             return variational.kl(self.q_mu, self.q_sqrt, self.Luu) + cross + quad
@@ -201,7 +201,7 @@ class DecoupledPosterior:
 
     def marginals(self, X, full_cov=False):
         Kff = self.kernel.K(X) if full_cov else self.kernel.K_diag(X)
-        mean = (self.kernel.K(X, self.Z_alpha) @ self.a.unsqueeze(-1)).squeeze(-1)
+        mean = self.kernel.K_matvec(X, self.Z_alpha, self.a.unsqueeze(-1)).squeeze(-1)
         Kbx = self.kernel.K(self.Z_beta, X)
         if self.parametrization == "hybrid":
             base, var = conditional(Kbx, self.Luu, Kff, self.q_mu, self.q_sqrt, whiten=False, full_cov=full_cov)
@@ -245,4 +245,4 @@ def quadratic_form(kernel, Z, a, chunk_size, subsample_size=None):
 
 def _block(kernel, Z, a, rows):
     """``sum_{j in rows} a_j K(z_j, Z) a``."""
-    return (a[..., rows].unsqueeze(-2) @ kernel.K(Z[rows], Z) @ a.unsqueeze(-1)).sum()
+    return (a[..., rows] * kernel.K_matvec(Z[rows], Z, a.unsqueeze(-1)).squeeze(-1)).sum()

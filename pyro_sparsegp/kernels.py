@@ -34,6 +34,14 @@ class Kernel(Parameterized):
     def K_diag(self, X):
         raise NotImplementedError
 
+    def K_matvec(self, X, Z, v):
+        """``K(X, Z) @ v``: ``v`` is ``batch_shape + (M, K)``, the result ``batch_shape + (N, K)``.
+
+        For the products with a large basis (the decoupled mean ``K_{x alpha} a``), where ``K(X, Z)``
+        is big: kernels may compute it without keeping ``K``'s intermediates for the backward pass.
+        """
+        return self.K(X, Z) @ v
+
     def spectral_density(self, omega):
         """Spectral density at frequencies ``omega`` (..., D): shape ``batch_shape + omega.shape[:-1]``."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form spectral density")
@@ -94,10 +102,62 @@ class SquaredExponential(Stationary):
     def shape_fn(self, r2):
         return torch.exp(-0.5 * r2)
 
+    def K_matvec(self, X, Z, v):
+        # one fused autograd node instead of a dozen elementwise ones over the (N, M) matrix
+        return _SEMatvec.apply(X, Z, self.lengthscale, self.variance, v)
+
     def spectral_density(self, omega):
         w2, log_prod_ls = self._scaled_frequencies(omega)
         var = self.variance.reshape(self.variance.shape + (1,) * (omega.dim() - 1))
         return var * torch.exp(log_prod_ls - 0.5 * w2)
+
+
+class _SEMatvec(torch.autograd.Function):
+    """``K(X, Z) @ v`` for the squared exponential with ``K`` as the only (N, M) buffer.
+
+    Forward: one product of augmented inputs gives ``log K = log var + Xs.Zs - |Xs|^2 / 2 -
+    |Zs|^2 / 2`` for the scaled inputs ``Xs = (X - shift) / l`` (the shift cancels), then an
+    in-place clamp and exp. Backward, with ``E = K * (g v^T)``: ``dv = K^T g``,
+    ``dXs = E Zs - rowsum(E) Xs``, ``dZs = E^T Xs - colsum(E) Zs``, ``dvar = sum(E) / var``,
+    the row and column sums coming out of the same two products.
+    """
+
+    @staticmethod
+    def forward(ctx, X, Z, lengthscale, variance, v):
+        ls = lengthscale.unsqueeze(-2)
+        shift = X.mean(-2, keepdim=True)
+        Xs, Zs = (X - shift) / ls, (Z - shift) / ls
+        log_var = variance.log()[..., None, None]
+        A = torch.cat([Xs, log_var - 0.5 * (Xs**2).sum(-1, keepdim=True), torch.ones_like(Xs[..., :1])], -1)
+        B = torch.cat([Zs, torch.ones_like(Zs[..., :1]), -0.5 * (Zs**2).sum(-1, keepdim=True)], -1)
+        K = (A @ B.transpose(-1, -2)).clamp_(max=log_var).exp_()  # r2 >= 0: log K <= log var
+        ctx.save_for_backward(Xs, Zs, lengthscale, variance, v, K)
+        ctx.shapes, ctx.consumed = (X.shape, Z.shape), False
+        return K @ v
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.consumed:
+            raise RuntimeError("K_matvec's backward pass reuses its buffer and runs once (no retain_graph)")
+        ctx.consumed = True
+        Xs, Zs, lengthscale, variance, v, K = ctx.saved_tensors
+        dv = K.transpose(-1, -2) @ g
+        # E = K * (g v^T) overwrites K: allocating a second (N, M) buffer costs more than the products
+        batch = torch.broadcast_shapes(K.shape[:-2], g.shape[:-2], v.shape[:-2])
+        E = K if K.shape[:-2] == batch else K.expand(batch + K.shape[-2:]).clone()
+        E = E.mul_(g).mul_(v.transpose(-1, -2)) if v.shape[-1] == 1 else E.mul_(g @ v.transpose(-1, -2))
+        EZ = E @ torch.cat([Zs, torch.ones_like(Zs[..., :1])], -1)
+        EX = (torch.cat([Xs, torch.ones_like(Xs[..., :1])], -1).transpose(-1, -2) @ E).transpose(-1, -2)
+        rowsum, colsum = EZ[..., -1:], EX[..., -1:]
+        dXs, dZs = EZ[..., :-1] - rowsum * Xs, EX[..., :-1] - colsum * Zs
+        ls = lengthscale.unsqueeze(-2)
+        dvar = rowsum.sum((-1, -2)) / variance
+        dls = -((dXs * Xs).sum(-2) + (dZs * Zs).sum(-2)) / lengthscale
+        X_shape, Z_shape = ctx.shapes
+        grads = (dXs / ls, dZs / ls, dls, dvar, dv)
+        shapes = (X_shape, Z_shape, lengthscale.shape, variance.shape, v.shape)
+        # inputs broadcast over the kernel's batch get the sum over it
+        return tuple(d.sum_to_size(shape) for d, shape in zip(grads, shapes))
 
 
 RBF = SquaredExponential

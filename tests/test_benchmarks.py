@@ -75,6 +75,50 @@ def test_accuracy_quick(tmp_path):
     assert max(rmse) < 1.05 * min(rmse)
 
 
+@pytest.mark.slow
+def test_decoupled_quick(tmp_path):
+    stdout, rows = run_suite("decoupled", tmp_path)
+    lines = table_lines(stdout)
+    speed = [row for row in rows if row["part"] == "speed"]
+    accuracy = [row for row in rows if row["part"] == "accuracy"]
+    assert lines[0].startswith("| M_alpha | M_beta | decoupled (Pyro) | decoupled (NumPyro, jit) |")
+    assert sum(line.startswith("| dataset | model |") for line in lines) == 1
+    assert len(lines) == 4 + len(rows) and len(speed) == 1 and accuracy
+    for row in rows:
+        check_meta(row, "decoupled")
+    for key in ("decoupled", "decoupled_numpyro", "svgp", "gpytorch"):
+        assert speed[0][f"seconds_{key}"] > 0
+    assert speed[0]["ratio"] == pytest.approx(speed[0]["seconds_gpytorch"] / speed[0]["seconds_decoupled"])
+    for dataset in {row["dataset"] for row in accuracy}:
+        pair = [row for row in accuracy if row["dataset"] == dataset]
+        assert len(pair) == 2 and {row["model"].split()[0] for row in pair} == {"decoupled", "SVGP"}
+        for row in pair:  # equal budgets: each trained for at least its budget, in at least one step
+            assert row["steps"] >= 1 and row["seconds"] >= row["budget"]
+            if dataset == "sarcos":
+                assert len(row["nmse"]) == 7 and row["nmse_mean"] == pytest.approx(sum(row["nmse"]) / 7)
+                assert all(0 < v < 2 for v in row["nmse"])
+            else:
+                assert math.isfinite(row["rmse"]) and row["rmse"] > 0 and math.isfinite(row["nlpd"])
+
+
+def test_train_for_gives_each_runner_the_budget():
+    from benchmarks.decoupled import train_for
+
+    class Sleeper:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def step(self):
+            import time
+
+            time.sleep(self.seconds)
+
+    result = train_for({"fast": Sleeper(0.002), "slow": Sleeper(0.01)}, seconds=0.1, slice_seconds=0.03)
+    for key, (steps, spent) in result.items():
+        assert 0.1 <= spent < 0.13
+    assert result["fast"][0] > 2.5 * result["slow"][0] > 0
+
+
 def test_median_and_table():
     assert harness.median([3.0, 1.0, 2.0]) == 2.0
     assert harness.median([4.0, 1.0, 2.0, 3.0]) == 2.5
