@@ -12,6 +12,7 @@ SUITES = {
     "decoupled": "benchmarks.decoupled",
     "accuracy": "benchmarks.accuracy",
     "cox": "benchmarks.cox",
+    "vof": "benchmarks.vof",
 }
 
 

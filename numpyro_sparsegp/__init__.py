@@ -1,5 +1,5 @@
 """Scalable variational Gaussian-process priors for NumPyro."""
-from . import conditionals, datasets, kernels, likelihoods, quadrature, variational
+from . import conditionals, datasets, kernels, likelihoods, quadrature, variational, vof
 from .conditionals import conditional
 from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
 from .decoupled import DecoupledGP
@@ -14,12 +14,15 @@ from .predict import Prediction, predict_f, predict_y, sample_f
 from .priors import GPPrior
 from .svgp import SVGP
 from .training import FitResult, fit
+from .vof import CollapsedELBO, FourierFeatures, HermiteFeatures, LegendreFeatures, SpectralFeatures, VOFModel
 
 __all__ = [
-    "Bernoulli", "Binned", "CholeskyError", "CoxEvents", "CoxProcess", "DecoupledGP",
-    "ExpectedLikelihood", "Features", "FitResult", "GPModel", "GPPrior", "GaussLegendre",
-    "Gaussian", "InducingPoints", "Interval", "Kuf", "Kuu", "Matern12", "Matern32", "Matern52", "Poisson", "Prediction", "Product",
-    "RBF", "Rectangle", "SVGP", "Softmax", "SquaredExponential", "StratifiedMC", "StudentT", "Sum",
-    "UserRule", "cholesky", "conditional", "conditionals", "datasets", "fit", "kernels", "likelihoods",
-    "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data", "variational",
+    "Bernoulli", "Binned", "CholeskyError", "CollapsedELBO", "CoxEvents", "CoxProcess",
+    "DecoupledGP", "ExpectedLikelihood", "Features", "FitResult", "FourierFeatures", "GPModel",
+    "GPPrior", "GaussLegendre", "Gaussian", "HermiteFeatures", "InducingPoints", "Interval", "Kuf",
+    "Kuu", "LegendreFeatures", "Matern12", "Matern32", "Matern52", "Poisson", "Prediction",
+    "Product", "RBF", "Rectangle", "SVGP", "Softmax", "SpectralFeatures", "SquaredExponential",
+    "StratifiedMC", "StudentT", "Sum", "UserRule", "VOFModel", "cholesky", "conditional",
+    "conditionals", "datasets", "fit", "kernels", "likelihoods", "predict_f", "predict_y",
+    "quadrature", "sample_f", "to_inference_data", "variational", "vof",
 ]

@@ -318,3 +318,92 @@ def simulate_poisson_process(log_intensity, low, high, log_bound, rng):
     candidates = rng.uniform(low, high, rng.poisson(np.exp(log_bound) * (high - low)))
     keep = np.log(rng.uniform(size=len(candidates))) < log_intensity(candidates) - log_bound
     return np.sort(candidates[keep])[:, None]
+
+
+# ---------------------------------------------------------------- variational orthogonal features (spec vof.md)
+
+
+def hermite_function(m, r, w):
+    """The real scaled Hermite function ``psi_m^(r)(w)``, orthonormal in L2(R) (raw H_m, small m)."""
+    c = 2 ** (-m / 2) * math.sqrt(r) / (math.pi**0.25 * math.sqrt(math.factorial(m)))
+    return c * special.eval_hermite(m, r * w) * np.exp(-(r**2) * w**2 / 2)
+
+
+def hermite_r(lengthscale, sigma_x):
+    """``r`` of the Hermite features with input-density standard deviation ``sigma_x``."""
+    return math.sqrt(lengthscale / 2 * math.sqrt(4 * sigma_x**2 + lengthscale**2))
+
+
+def vof_kuf_quad(sqrt_s, psi, x, low=-np.inf, high=np.inf):
+    """``(2 pi)^(-1/4) int sqrt(s(w)) psi(w) cas(w x) dw`` by adaptive quadrature (1-D)."""
+    f = lambda w: sqrt_s(w) * psi(w) * (math.cos(w * x) + math.sin(w * x))  # noqa: E731
+    return integrate.quad(f, low, high, limit=400)[0] * (2 * math.pi) ** -0.25
+
+
+def hermite_kuf_paper(m, x, variance, lengthscale, r):
+    """The paper's main-text closed form ``sqrt(2 pi) v l c_m R_+^(-1/2) exp(-x^2 / 2R_+) rho^m H_m(z)``."""
+    Rp, Rm = r**2 + lengthscale**2 / 2, r**2 - lengthscale**2 / 2
+    c = 2 ** ((-m - 0.5) / 2) * math.sqrt(r) / math.sqrt(math.factorial(m) * math.pi * variance * lengthscale) * (Rp / Rm) ** (m / 2)
+    z = r * x / math.sqrt(Rm * Rp)
+    return math.sqrt(2 * math.pi) * variance * lengthscale * c / math.sqrt(Rp) * np.exp(-(x**2) / (2 * Rp)) * (Rm / Rp) ** m * special.eval_hermite(m, z)
+
+
+def se_eigenfeature(m, x, variance, lengthscale, sigma_x):
+    """``sqrt(lambda_m) phi_m(x)``: eigenvalue and L2(N(0, sigma_x^2))-normalised eigenfunction of the SE kernel."""
+    a, b = 1 / (4 * sigma_x**2), 1 / (2 * lengthscale**2)
+    c = math.sqrt(a**2 + 2 * a * b)
+    A = a + b + c
+    lam = variance * math.sqrt(2 * a / A) * (b / A) ** m
+    h = special.eval_hermite(m, math.sqrt(2 * c) * x) / math.sqrt(2**m * math.factorial(m))
+    return math.sqrt(lam) * (c / a) ** 0.25 * np.exp(-(c - a) * x**2) * h
+
+
+def band_limited_variance(density, a):
+    """``k_a(0) = (2 pi)^(-1/2) int_{-a}^{a} s`` (1-D)."""
+    return integrate.quad(density, -a, a, limit=200)[0] / math.sqrt(2 * math.pi)
+
+
+def vof_titsias(Kuf, y, noise, kff):
+    """Optimal ``q(u)`` (``Kuu = I``) and the collapsed bound: ``(m*, S*, bound)``."""
+    M = Kuf.shape[0]
+    S = np.linalg.inv(np.eye(M) + Kuf @ Kuf.T / noise)
+    bound = exact_lml(Kuf.T @ Kuf, y, noise) - (kff - (Kuf**2).sum(0)).sum() / (2 * noise)
+    return S @ Kuf @ y / noise, S, bound
+
+
+def vof_gaussian_elbo(Kuf, q_mu, S, y, noise, kff):
+    """Uncollapsed Gaussian ELBO with ``Kuu = I``, dense formulas."""
+    mean = Kuf.T @ q_mu
+    var = kff + np.einsum("mn,mk,kn->n", Kuf, S - np.eye(len(q_mu)), Kuf)
+    return gaussian_ell(noise)(y, mean, var).sum() - gaussian_kl(q_mu, S, np.zeros(len(q_mu)), np.eye(len(q_mu)))
+
+
+# ---------------------------------------------------------------- deep basis kernels (spec deep-basis-kernel.md)
+
+
+def dense_gp_predict(K, Ksx, kss, y, noise):
+    """GP regression with train covariance ``K + diag(noise)``: latent mean and variance at test
+    points with cross-covariance ``Ksx`` (T, N) and prior variances ``kss`` (T,), by dense inverse."""
+    Sigma_inv = np.linalg.inv(K + np.diag(np.broadcast_to(noise, len(y))))
+    return Ksx @ Sigma_inv @ y, kss - np.einsum("tn,nm,tm->t", Ksx, Sigma_inv, Ksx)
+
+
+def dbk_elbo(Phi, y, m, S, noise):
+    """``E_q log N(y | Phi w, noise I) - KL[N(m, S) || N(0, I)]`` by its dense expansion (eq. 8)."""
+    resid = y - Phi @ m
+    expected = -0.5 * len(y) * np.log(2 * np.pi * noise) - (resid @ resid + np.trace(Phi @ S @ Phi.T)) / (2 * noise)
+    return expected - gaussian_kl(m, S, np.zeros(len(m)), np.eye(len(m)))
+
+
+def expected_lml(Sigma, f, noise):
+    """``E[log N(y | 0, Sigma)]`` under ``y ~ N(f, noise I)`` (spec A.4)."""
+    Sigma_inv = np.linalg.inv(Sigma)
+    return (-0.5 * len(f) * np.log(2 * np.pi) - 0.5 * np.linalg.slogdet(Sigma)[1] - 0.5 * f @ Sigma_inv @ f
+            - 0.5 * noise * np.trace(Sigma_inv))
+
+
+def expected_squared_error(Sigma, f, noise):
+    """``E|f - K Sigma^-1 y|^2`` under ``y ~ N(f, noise I)``, ``K = Sigma - noise I`` (spec A.4)."""
+    Sigma_inv = np.linalg.inv(Sigma)
+    K = Sigma - noise * np.eye(len(f))
+    return noise**2 * np.sum((Sigma_inv @ f) ** 2) + noise * np.sum((Sigma_inv @ K) ** 2)
