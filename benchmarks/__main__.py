@@ -13,6 +13,7 @@ SUITES = {
     "accuracy": "benchmarks.accuracy",
     "cox": "benchmarks.cox",
     "vof": "benchmarks.vof",
+    "dbk": "benchmarks.dbk",
 }
 
 

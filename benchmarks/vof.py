@@ -342,8 +342,8 @@ FIG3_COLUMNS = [
     ("ELBO diag", "elbo_diag", "{:.1f}"), ("exact LML", "lml", "{:.1f}"),
 ]
 FLIGHTS_COLUMNS = [
-    ("method", "method", "{}"), ("M", "M", "{}"), ("steps", "steps", "{}"), ("RMSE (min)", "rmse", "{:.3f}"),
-    ("NLPD", "nlpd", "{:.4f}"),
+    ("method", "method", "{}"), ("seconds", "seconds", "{:.0f}"), ("steps", "steps", "{}"),
+    ("RMSE (min)", "rmse", "{:.3f}"), ("NLPD", "nlpd", "{:.4f}"),
 ]
 COLUMNS = SPEED_COLUMNS  # the first table; :func:`tables` gives all three
 

@@ -1,7 +1,8 @@
 """Scalable variational Gaussian-process priors for Pyro."""
-from . import conditionals, datasets, kernels, likelihoods, quadrature, variational, vof
+from . import conditionals, datasets, dbk, kernels, likelihoods, quadrature, variational, vof
 from .conditionals import conditional
 from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
+from .dbk import ExactDBK, SVDBK, SVDBKPosterior
 from .decoupled import DecoupledGP
 from .diagnostics import to_inference_data
 from .distributions import ExpectedLikelihood
@@ -18,11 +19,12 @@ from .vof import CollapsedELBO, FourierFeatures, HermiteFeatures, LegendreFeatur
 
 __all__ = [
     "Bernoulli", "Binned", "CholeskyError", "CollapsedELBO", "CoxEvents", "CoxProcess",
-    "DecoupledGP", "ExpectedLikelihood", "Features", "FitResult", "FourierFeatures", "GPModel",
-    "GPPrior", "GaussLegendre", "Gaussian", "HermiteFeatures", "InducingPoints", "Interval", "Kuf",
-    "Kuu", "LegendreFeatures", "Matern12", "Matern32", "Matern52", "Poisson", "Prediction",
-    "Product", "RBF", "Rectangle", "SVGP", "Softmax", "SpectralFeatures", "SquaredExponential",
-    "StratifiedMC", "StudentT", "Sum", "UserRule", "VOFModel", "cholesky", "conditional",
-    "conditionals", "datasets", "fit", "kernels", "likelihoods", "predict_f", "predict_y",
-    "quadrature", "sample_f", "to_inference_data", "variational", "vof",
+    "DecoupledGP", "ExactDBK", "ExpectedLikelihood", "Features", "FitResult", "FourierFeatures",
+    "GPModel", "GPPrior", "GaussLegendre", "Gaussian", "HermiteFeatures", "InducingPoints",
+    "Interval", "Kuf", "Kuu", "LegendreFeatures", "Matern12", "Matern32", "Matern52", "Poisson",
+    "Prediction", "Product", "RBF", "Rectangle", "SVDBK", "SVDBKPosterior", "SVGP", "Softmax",
+    "SpectralFeatures", "SquaredExponential", "StratifiedMC", "StudentT", "Sum", "UserRule",
+    "VOFModel", "cholesky", "conditional", "conditionals", "datasets", "dbk", "fit", "kernels",
+    "likelihoods", "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data",
+    "variational", "vof",
 ]

@@ -37,5 +37,5 @@ def test_vof_quick_tiny(tmp_path):
     headers = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert any(h.startswith("| M | Hermite diag |") for h in headers)
     assert any(h.startswith("| inputs | features | M | ELBO dense |") for h in headers)
-    assert any(h.startswith("| method | M | steps |") for h in headers)
+    assert any(h.startswith("| method | seconds | steps |") for h in headers)
     assert (REPO / "outputs" / "benchmarks" / "vof_fig3_quick.png").stat().st_size > 10_000

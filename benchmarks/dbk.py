@@ -1,0 +1,293 @@
+"""Suite ``dbk``: deep basis kernels (Zhu, Yuchi & Xie, 2025), Pyro backend.
+
+* Scaling: seconds for the exact DBK objective (log marginal likelihood and trace term) plus its
+  gradient on the 1-D step function (paper section 4.1), r = 128, a 2 x 128 tanh MLP, float32, at
+  n = 1e4, 1e5, 1e6; ``per point`` is seconds / n relative to the smallest n (1 = linear), beside
+  GPyTorch's exact GP (RBF, ``ExactMarginalLogLikelihood``, its default CG solver) at n = 1e4.
+* Table 1 on pol and protein with the paper's protocol: a random 70/10/20 split per seed of all
+  rows, inputs scaled to [-1, 1] and targets standardised with the training rows' statistics,
+  Adam (lr 1e-3, weight decay 1e-4 on the network only), a 2-block 128-unit tanh ResNet with
+  r = 128, sigma^2 from 1e-2; exact models full batch (evaluated every 100 of at most 10,000
+  iterations, patience 2,000 iterations), SVI models and the SVGP baseline (M = 128 inducing
+  inputs, RBF with lengthscales sqrt(D)) in minibatches of 256 (evaluated every 10 of at most
+  2,000 epochs, patience 200 epochs); test MAE, RMSE and NLL (standardised targets) at the
+  evaluation with the best validation NLL, and the training time to that point's end. Exact DBK
+  runs in float64 (its r x r Cholesky needs it once sigma^2 is small), the SVI models in float32.
+  Full mode: 5 seeds; quick mode: 1 seed and budgets cut to a few minutes; the paper's numbers are
+  printed beside ours.
+"""
+import math
+import time
+
+import numpy as np
+
+from . import harness
+
+# Table 1 of the paper: (MAE, RMSE, NLL, seconds) per dataset and model.
+PAPER = {
+    "pol": {"DBK": (0.0249, 0.0583, -1.5117, 48.0), "DBK-c": (0.0501, 0.0900, -0.9720, 21.0),
+            "SVGP": (0.0982, 0.1599, -0.3441, 527.0), "SVDBK": (0.0806, 0.1263, -0.5228, 112.4),
+            "SVDBK-c": (0.0808, 0.1271, -0.5378, 86.7)},
+    "protein": {"DBK": (0.4592, 0.6525, 2.2843, 85.7), "DBK-c": (0.4925, 0.7279, 4.3396, 75.6),
+                "SVGP": (0.6114, 0.7554, 1.1394, 1546.0), "SVDBK": (0.3730, 0.5519, 0.8425, 266.5),
+                "SVDBK-c": (0.3922, 0.5631, 0.8724, 217.2)},
+}
+SHAPES = {"pol": (15000, 26), "protein": (45730, 9)}  # rows, inputs (for the synthetic stand-ins)
+MODELS = ("DBK", "DBK-c", "SVDBK", "SVDBK-c", "SVGP")
+RANK, BATCH, LR, WEIGHT_DECAY, NUM_INDUCING = 128, 256, 1e-3, 1e-4, 128
+
+
+def settings(quick):
+    if harness.tiny():
+        return {"sizes": (1000, 4000), "gpytorch_n": 1000, "repeats": 2, "block_seconds": 0.05, "rows": 300, "seeds": 1,
+                "exact": (10, 5, 10), "svi": (1, 1, 1)}
+    if quick:
+        return {"sizes": (10_000, 100_000), "gpytorch_n": 10_000, "repeats": 3, "block_seconds": 0.3, "rows": None,
+                "seeds": 1, "exact": (250, 50, 150), "svi": (8, 2, 4)}
+    # (max iterations or epochs, evaluate every, patience): the paper's budgets
+    return {"sizes": (10_000, 100_000, 1_000_000), "gpytorch_n": 10_000, "repeats": 5, "block_seconds": 1.0,
+            "rows": None, "seeds": 5, "exact": (10_000, 100, 2_000), "svi": (2_000, 10, 200)}
+
+
+# ---------------------------------------------------------------- scaling
+
+
+def scaling(opts):
+    import torch
+
+    from pyro_sparsegp.dbk import MLP, ExactDBK
+    from sparsegp_common.dbk import step_data
+
+    steps, sizes = {}, opts["sizes"]
+    for n in sizes:
+        X, y = (torch.as_tensor(a, dtype=torch.float32) for a in step_data(n, seed=0))
+        model = ExactDBK(MLP(1, rank=RANK, dtype=torch.float32, seed=0), name=f"dbk{n}")
+        steps[n] = _gradient_step(model, X, y)
+    steps["gpytorch"] = _gpytorch_step(*step_data(opts["gpytorch_n"], seed=0))
+    blocks = harness.time_steps(steps, opts["repeats"], opts["block_seconds"], warmup=1)
+    seconds = {key: harness.median(values) for key, values in blocks.items()}
+    base = seconds[sizes[0]] / sizes[0]
+    rows = []
+    for n in sizes:
+        row = {"suite": "dbk", "part": "scaling", "dataset": "step", "model": "exact DBK (Pyro)", "n": n, "rank": RANK,
+               "seconds": seconds[n], "per_point": seconds[n] / n / base, "threads": harness.threads(),
+               "repeats": opts["repeats"], "dtype": "float32"}
+        if n == opts["gpytorch_n"]:
+            row.update(seconds_gpytorch=seconds["gpytorch"], ratio=seconds["gpytorch"] / seconds[n])
+        rows.append(row)
+    return rows
+
+
+def _gradient_step(model, X, y):
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        value = -model.objective(X, y)
+        value.backward()
+        return value
+
+    return step
+
+
+def _gpytorch_step(X, y):
+    import gpytorch
+    import torch
+
+    X, y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
+
+    class ExactGP(gpytorch.models.ExactGP):
+        def __init__(self, likelihood):
+            super().__init__(X, y, likelihood)
+            self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(torch.zeros_like(x[:, 0]), self.covar_module(x))
+
+    likelihood = gpytorch.likelihoods.GaussianLikelihood()
+    model = ExactGP(likelihood)
+    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
+    model.train()
+
+    def step():
+        model.zero_grad()
+        value = -mll(model(X), y)
+        value.backward()
+        return value
+
+    return step
+
+
+# ---------------------------------------------------------------- Table 1
+
+
+def split(name, seed, rows=None):
+    """The paper's protocol on all rows of UCI set ``name``: random 70/10/20 split, inputs onto
+    [-1, 1], targets standardised (training statistics). Returns dict of float64 arrays and whether
+    the data are a synthetic stand-in."""
+    from sparsegp_common.datasets import MinMaxScaler, Standardizer, load_uci
+
+    if (harness.data_dir() / f"uci_{name}").is_dir():
+        part = load_uci(name, split=0, data_dir=harness.data_dir())
+        X, y, synthetic = np.vstack([part.X_train, part.X_test]), np.concatenate([part.y_train, part.y_test]), False
+    else:
+        n, D = SHAPES[name]
+        r = np.random.default_rng(0)
+        X = r.uniform(-1, 1, size=(n, D))
+        y, synthetic = np.sin(3 * X @ r.normal(size=D) / np.sqrt(D)) + 0.1 * r.normal(size=n), True
+    perm = np.random.default_rng(seed).permutation(len(X))[:rows]
+    a, b = int(0.7 * len(perm)), int(0.8 * len(perm))
+    idx = {"train": perm[:a], "val": perm[a:b], "test": perm[b:]}
+    xs, ys = MinMaxScaler.fit(X[idx["train"]]), Standardizer.fit(y[idx["train"]])
+    data = {key: (xs.transform(X[i]), ys.transform(y[i])) for key, i in idx.items()}
+    return data, synthetic
+
+
+def metrics(mean, var, y):
+    mean, var = (np.asarray(a.detach().cpu(), dtype=np.float64) for a in (mean, var))
+    err = y - mean
+    return {"mae": float(np.abs(err).mean()), "rmse": float(np.sqrt((err**2).mean())),
+            "nll": float(0.5 * np.mean(np.log(2 * np.pi * var) + err**2 / var))}
+
+
+class Trained:
+    """One model of Table 1 being trained: ``step()``, ``evaluate(X)`` -> predictive mean and variance."""
+
+    def __init__(self, label, data, seed):
+        import pyro
+        import torch
+
+        from pyro_sparsegp import RBF, SVGP, Gaussian, GPModel
+        from pyro_sparsegp.dbk import SVDBK, ExactDBK, ResNet
+
+        pyro.clear_param_store()
+        self.label, self.exact = label, label.startswith("DBK")
+        dtype = torch.float64 if self.exact else torch.float32
+        (X, y), D = data["train"], data["train"][0].shape[1]
+        self.X, self.y = torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype)
+        correction = not label.endswith("-c")
+        if self.exact:
+            self.model = ExactDBK(ResNet(D, rank=RANK, dtype=dtype, seed=seed), variance_correction=correction)
+            self.loss = lambda: -self.model.objective(self.X, self.y)
+        else:
+            if label == "SVGP":
+                Z = harness.inducing_inputs(X, min(NUM_INDUCING, len(X)), seed=seed)
+                self.prior = SVGP(RBF(lengthscale=torch.full((D,), math.sqrt(D), dtype=dtype)), torch.as_tensor(Z, dtype=dtype))
+            else:
+                self.prior = SVDBK(ResNet(D, rank=RANK, dtype=dtype, seed=seed), variance_correction=correction)
+            self.model = GPModel(self.prior, Gaussian(variance=1e-2), num_data=len(X))
+            self.batches = harness.minibatches(len(X), min(BATCH, len(X)), seed=seed)
+            self.loss = lambda: self._minibatch_loss()
+        self.loss()  # creates the parameters in Pyro's param store
+        store = pyro.get_param_store()
+        network = [store.get_param(k).unconstrained() for k in store.keys() if ".net." in k]
+        rest = [store.get_param(k).unconstrained() for k in store.keys() if ".net." not in k]
+        self.opt = torch.optim.Adam([{"params": network, "weight_decay": WEIGHT_DECAY}, {"params": rest}], lr=LR)
+        self.steps_per_round = 1 if self.exact else max(len(X) // BATCH, 1)
+
+    def _minibatch_loss(self):
+        idx = next(self.batches)
+        return -self.model.elbo(self.X[idx], self.y[idx])
+
+    def step(self):
+        self.opt.zero_grad()
+        self.loss().backward()
+        self.opt.step()
+
+    def evaluate(self, X):
+        import torch
+
+        X = torch.as_tensor(X, dtype=self.X.dtype)
+        if self.exact:
+            self.model.calibrate(self.X, self.y)
+            return self.model.predict_y(X)[:2]
+        if self.label != "SVGP":  # M over the training inputs for the corrected predictive, then back to training
+            self.prior.calibrate(self.X)
+        try:
+            return self.model.predict_y(X)[:2]
+        finally:
+            if self.label != "SVGP":
+                self.prior.max_sq_norm = None
+
+
+def train(label, data, seed, budget):
+    """Train with early stopping on validation NLL; metrics at the best evaluation."""
+    max_rounds, every, patience = budget
+    trained = Trained(label, data, seed)
+    best, best_round, elapsed = None, 0, 0.0
+    for round_ in range(1, max_rounds + 1):
+        start = time.perf_counter()
+        for _ in range(trained.steps_per_round):
+            trained.step()
+        elapsed += time.perf_counter() - start
+        if round_ % every and round_ != max_rounds:
+            continue
+        val = metrics(*trained.evaluate(data["val"][0]), data["val"][1])["nll"]
+        if best is None or val < best["val_nll"]:
+            best = {"val_nll": val, **metrics(*trained.evaluate(data["test"][0]), data["test"][1]), "train_seconds": elapsed,
+                    "rounds": round_}
+            best_round = round_
+        elif round_ - best_round >= patience:
+            break
+    return best
+
+
+def table1(opts):
+    rows = []
+    for name in PAPER:
+        runs = {label: [] for label in MODELS}
+        synthetic = False
+        for seed in range(opts["seeds"]):
+            data, synthetic = split(name, seed, opts["rows"])
+            for label in MODELS:
+                runs[label].append(train(label, data, seed, opts["exact"] if label.startswith("DBK") else opts["svi"]))
+        for label in MODELS:
+            row = {"suite": "dbk", "part": "table1", "dataset": name, "model": label, "synthetic": synthetic,
+                   "n": len(data["train"][1]), "seeds": opts["seeds"], "threads": harness.threads(),
+                   "budget": opts["exact"] if label.startswith("DBK") else opts["svi"]}
+            for key in ("mae", "rmse", "nll", "train_seconds", "val_nll"):
+                values = [run[key] for run in runs[label]]
+                row[key], row[f"{key}_sd"] = float(np.mean(values)), float(np.std(values))
+            row["paper_mae"], row["paper_rmse"], row["paper_nll"], row["paper_train_seconds"] = PAPER[name][label]
+            rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- tables
+
+
+SCALING_COLUMNS = [
+    ("n", "n", "{:,}"), ("exact DBK value + gradient", "seconds", "{:.4f} s"), ("per point (1 = linear)", "per_point", "{:.2f}"),
+    ("GPyTorch exact GP", "seconds_gpytorch", "{:.4f} s"), ("GPyTorch / DBK", "ratio", "{:.1f}"),
+]
+TABLE1_COLUMNS = [
+    ("dataset", "dataset", "{}"), ("model", "model", "{}"), ("MAE", "mae", "{:.4f}"), ("paper MAE", "paper_mae", "{:.4f}"),
+    ("RMSE", "rmse", "{:.4f}"), ("paper RMSE", "paper_rmse", "{:.4f}"), ("NLL", "nll", "{:.4f}"),
+    ("paper NLL", "paper_nll", "{:.4f}"), ("time", "train_seconds", "{:.1f} s"),
+    ("paper time", "paper_train_seconds", "{:.1f} s"),
+]
+COLUMNS = [("part", "part", "{}")] + TABLE1_COLUMNS[:2] + SCALING_COLUMNS + TABLE1_COLUMNS[2:]
+
+
+def title(rows):
+    return f"dbk: exact DBK scaling and Table 1 (pol, protein), {rows[0]['threads']} threads"
+
+
+def tables(rows):
+    scaling_rows = [r for r in rows if r["part"] == "scaling"]
+    table_rows = [r for r in rows if r["part"] == "table1"]
+    first = scaling_rows[0]
+    seeds = table_rows[0]["seeds"]
+    budget = {kind: next(r["budget"] for r in table_rows if r["model"].startswith("DBK") == exact)
+              for kind, exact in (("exact", True), ("SVI", False))}
+    return [
+        (f"dbk scaling: median seconds for the exact DBK objective + gradient on the step function, r = {first['rank']}, "
+         f"{first['dtype']}, {first['threads']} threads, medians of {first['repeats']} blocks", SCALING_COLUMNS, scaling_rows),
+        (f"dbk Table 1: test metrics on standardised targets at the best validation NLL, mean of {seeds} seed(s) "
+         f"(max iterations / epochs, evaluate every, patience: exact {budget['exact']}, SVI {budget['SVI']}), "
+         "the paper's numbers beside ours", TABLE1_COLUMNS, table_rows),
+    ]
+
+
+def run(quick):
+    opts = settings(quick)
+    return scaling(opts) + table1(opts)
