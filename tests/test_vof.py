@@ -168,6 +168,51 @@ def test_fig1_band_limited_matern32(backend):
     assert np.all(wider >= qff - 1e-12)
 
 
+def band_altered_matern32(backend, a, factor):
+    """A Matern-3/2 kernel (l = 0.5) whose spectral density is ``factor`` times larger outside the
+    box ``[-a, a]``, with the ``k(0)`` that this density implies: ``(kernel, k(0) increase)``."""
+    from scipy import integrate
+
+    s = lambda w: ref.spectral_density("matern32", np.array([[w]]), np.array([0.5]), 1.0).item()
+    extra = (factor - 1) * 2 * integrate.quad(s, a, np.inf)[0] / math.sqrt(2 * math.pi)
+
+    class BandAltered(backend.lib.Matern32):
+        def spectral_density(self, omega):
+            outside = (abs(omega) > a).any(-1)
+            return super().spectral_density(omega) * (1 + (factor - 1) * outside)
+
+        def K_diag(self, X):
+            return super().K_diag(X) + extra
+
+    return BandAltered(lengthscale=backend.array([0.5]), variance=1.0), extra
+
+
+def test_band_limit_invariance(backend, rng):
+    """Spec 15.7: a change of s outside [-a, a] leaves Kuf, the predictive mean and the Monte Carlo
+    mean estimate unchanged; the ELBO and the variances move only through k(0)."""
+    a, noise, N = 6.0, 0.1, 7
+    X, y = rng.uniform(-2, 2, size=(N, 1)), rng.normal(size=N)
+    q_mu, q_sqrt = rng.normal(size=11), lower(rng, 11, 0.2)
+    results = {}
+    for factor in (1.0, 3.0):
+        kernel, extra = band_altered_matern32(backend, a, factor)
+        gp = backend.set(backend.lib.SVGP(kernel, VOF[backend.name].FourierFeatures(11, backend.array([a]), num_quadrature=256),
+                                          name=f"gp{factor:g}"), q_mu=q_mu, q_sqrt=q_sqrt)
+        lik = backend.set(backend.lib.Gaussian(name=f"lik{factor:g}"), variance=noise)
+        Xb, yb = backend.array(X), backend.array(y)
+        elbo = float(backend.numpy(backend.lib.GPModel(gp, lik).elbo(Xb, yb)))
+        moments = draws(backend, gp, lambda g, key: VOF[backend.name].estimated_moments(g, Xb, **key_kwargs(backend, key)), 3)
+        results[factor] = (kuf(backend, gp, X), np.stack([backend.numpy(t) for t in gp.predict_f(Xb)]), elbo, moments, extra)
+    (K1, pred1, elbo1, mc1, _), (K3, pred3, elbo3, mc3, extra) = results[1.0], results[3.0]
+    assert extra > 0.05  # the change is not negligible
+    np.testing.assert_allclose(K3, K1, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(pred3[0], pred1[0], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(pred3[1] - pred1[1], extra, rtol=1e-10)
+    np.testing.assert_allclose(mc3[:, 0], mc1[:, 0], rtol=1e-13, atol=1e-15)  # same frequencies (same seed)
+    np.testing.assert_allclose(mc3[:, 1] - mc1[:, 1], extra, rtol=1e-10)
+    assert elbo3 - elbo1 == pytest.approx(-N * extra / (2 * noise), rel=1e-10)
+
+
 def test_quadrature_kuf_matches_reference_integral(backend):
     gp = spectral_gp(backend, 7, "legendre", kern=("matern52", [0.4], 1.2), a=5.0)
     X = np.array([[-1.0], [0.4], [2.0]])
@@ -220,6 +265,59 @@ def test_kl_closed_form(backend, rng, diagonal):
     S = ref.covariance(q_sqrt)
     kl = float(evaluate(backend, gp, lambda g: g.posterior().kl()))
     assert kl == pytest.approx(ref.gaussian_kl(q_mu, S, np.zeros(6), np.eye(6)), rel=1e-12)
+
+
+def test_diagonal_optimum_below_dense(backend, rng):
+    """Spec 15.10: the optimal diagonal S (S_mm = 1 / P_mm for the optimal precision P, same mean)
+    gives an ELBO below the dense optimum; it is the diagonal optimum (perturbations lower it)."""
+    v, ls, sx, noise = 1.3, 0.6, 1.0, 0.05
+    X, y = titsias_problem(rng, 40)
+    K = np.stack([ref.se_eigenfeature(m, X[:, 0], v, ls, sx) for m in range(6)])
+    q_mu, S, bound = ref.vof_titsias(K, y, noise, np.full(len(X), v))
+    diag_sqrt = np.sqrt(1 / np.diag(np.linalg.inv(S)))
+
+    def elbo(diagonal, q_sqrt, name):
+        gp = backend.set(hermite_gp(backend, 6, sx, (ls,), v, diagonal=diagonal, name=name), q_mu=q_mu, q_sqrt=q_sqrt)
+        model = gaussian_vof(backend, gp, noise=noise, name="lik" + name)
+        return float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
+
+    dense = elbo(False, np.linalg.cholesky(S), "dense")
+    best = elbo(True, diag_sqrt, "diag")
+    assert dense == pytest.approx(bound, rel=1e-10)
+    assert best == pytest.approx(ref.vof_gaussian_elbo(K, q_mu, np.diag(diag_sqrt**2), y, noise, np.full(len(X), v)), rel=1e-10)
+    assert best < dense - 1e-3
+    for i, scale in enumerate((0.98, 1.02)):
+        assert elbo(True, diag_sqrt * scale, f"d{i}") < best
+        assert elbo(True, diag_sqrt * np.exp(0.05 * rng.normal(size=6)), f"r{i}") < best
+
+
+def off_diagonal(S):
+    """Largest correlation between different coordinates of ``S``."""
+    d = np.sqrt(np.diag(S))
+    return np.max(np.abs(S / np.outer(d, d) - np.eye(len(d))))
+
+
+def test_prop3_optimal_covariance_tends_to_diagonal(backend):
+    """Spec 15.10 / Prop. 3 (corrected limit): for Hermite features and inputs from their own
+    N(0, sigma_x^2), N S* tends to the diagonal noise / lambda_m; for uniform inputs it does not."""
+    v = ls = 0.5
+    sx, noise, M = 3.0, 1e-4, 8
+    gp = hermite_gp(backend, M, sx, (ls,), v)
+    a, b = 1 / (4 * sx**2), 1 / (2 * ls**2)
+    A = a + b + math.sqrt(a**2 + 2 * a * b)
+    lam = v * math.sqrt(2 * a / A) * (b / A) ** np.arange(M)
+    rng = np.random.default_rng(0)
+
+    def scaled_optimum(X):
+        K = kuf(backend, gp, X)
+        return len(X) * np.linalg.inv(np.eye(M) + K @ K.T / noise)
+
+    gaussian = [scaled_optimum(rng.normal(0, sx, size=(N, 1))) for N in (100, 1000, 10000, 100000)]
+    corr = [off_diagonal(S) for S in gaussian]
+    assert corr[0] > 0.1 and corr[-1] < 0.03 and corr[-1] < corr[0] / 5
+    np.testing.assert_allclose(np.diag(gaussian[-1]) * lam / noise, 1.0, rtol=0.05)
+    half_width = math.sqrt(108)
+    assert off_diagonal(scaled_optimum(rng.uniform(-half_width, half_width, size=(100000, 1)))) > 0.1
 
 
 # ---------------------------------------------------------------- 6. Monte Carlo estimators
@@ -317,6 +415,33 @@ def test_mc_two_dimensional_unbiased(backend, rng):
         return ((A @ Phi).T,)
 
     assert_unbiased(draws(backend, gp, kuf_hat, 800)[:, 0], K)
+
+
+def test_sign_flip_invariance(backend, rng):
+    """Spec 15.16: negating feature j (its Kuf row, m_j, row and column j of S) leaves the
+    collapsed ELBO unchanged (dense and diagonal S)."""
+    V = VOF[backend.name]
+    y = np.sin(MC_X[:, 0])
+    flip = np.ones(21)
+    flip[[2, 5, 11]] = -1
+    for diagonal in (False, True):
+        gp = mc_gp(backend, rng, diagonal, name=f"gp{diagonal}")
+        lik = backend.set(backend.lib.Gaussian(name=f"lik{diagonal}"), variance=0.1)
+        q_mu, q_sqrt = evaluate(backend, gp, lambda g: (g.q_mu, g.q_sqrt))
+        sets = [[backend.numpy(t) for t in evaluate(backend, gp, lambda g, k=k: V.spectral_terms(
+            g.features, g.kernel, *frequencies(backend, g.features, jax.random.PRNGKey(k)), backend.array(MC_X)))]
+            for k in (0, 1)]
+
+        def elbo(signs, kuf_signs):
+            flipped = [(backend.array(A), backend.array(P * kuf_signs)) for A, P in sets]
+            backend.set(gp, q_mu=signs * q_mu, q_sqrt=q_sqrt if diagonal else signs[:, None] * q_sqrt * signs)
+            mean, var, kl = evaluate(backend, gp, lambda g: (
+                *V.collapsed_moments(*flipped, g.q_mu, g.q_sqrt, g.kernel.K_diag(backend.array(MC_X))), g.posterior().kl()))
+            return backend.expected_log_prob(lik, y, mean, var).sum() - float(kl)
+
+        original = elbo(np.ones(21), np.ones(21))
+        assert elbo(flip, flip) == pytest.approx(original, rel=1e-13)
+        assert abs(elbo(np.ones(21), flip) - original) > 1e-2  # flipping Kuf alone changes it
 
 
 # ---------------------------------------------------------------- 7. the ELBO, its gradient, the two objectives
