@@ -24,13 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpyro
 from jax import lax
-from jax.scipy.linalg import solve_triangular
 
 from sparsegp_common import decoupled as common
 
 from . import checks, variational
 from .conditionals import conditional
-from .linalg import cholesky
+from .linalg import cholesky, solve_lower
 from .priors import GPPrior
 from .svgp import SVGP
 
@@ -186,12 +185,7 @@ class DecoupledPosterior:
         quad = 0.5 * quadratic_form(self.kernel, self.Z_alpha, self.a, self.kl_chunk_size, size)
         if self.parametrization == "hybrid":
             Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a[..., None])
-            batch = jnp.broadcast_shapes(self.Luu.shape[:-2], Kba_a.shape[:-2], self.q_mu.shape[:-1])
-            Luu = jnp.broadcast_to(self.Luu, batch + self.Luu.shape[-2:])
-            solve = functools.partial(solve_triangular, Luu, lower=True)
-            M = Luu.shape[-1]
-            cross = (solve(jnp.broadcast_to(self.q_mu[..., None], batch + (M, 1)))
-                     * solve(jnp.broadcast_to(Kba_a, batch + (M, 1)))).sum()
+            cross = (solve_lower(self.Luu, self.q_mu[..., None]) * solve_lower(self.Luu, Kba_a)).sum()
             return variational.kl(self.q_mu, self.q_sqrt, self.Luu) + cross + quad
         return quad + covariance_kl(self.LH)
 
@@ -210,7 +204,7 @@ class DecoupledPosterior:
             mean = mean + base
         else:
             LtK = jnp.swapaxes(self.L, -1, -2) @ Kbx
-            V = solve_triangular(self.LH, LtK, lower=True)
+            V = solve_lower(self.LH, LtK)
             if full_cov:
                 var = Kff - jnp.swapaxes(V, -1, -2) @ V
             else:  # 0 <= var <= k(x, x) in exact arithmetic; round-off may cross 0
@@ -224,7 +218,7 @@ def covariance_kl(LH):
     """``KL[N(0, H^{-1}) || N(0, I)]`` summed over the batch, from ``LH = chol(H)``."""
     M = LH.shape[-1]
     eye = jnp.broadcast_to(jnp.eye(M, dtype=LH.dtype), LH.shape)
-    LH_inv = solve_triangular(LH, eye, lower=True)
+    LH_inv = solve_lower(LH, eye)
     num = LH.size // (M * M)
     return jnp.log(jnp.diagonal(LH, axis1=-2, axis2=-1)).sum() + 0.5 * (LH_inv**2).sum() - 0.5 * M * num
 

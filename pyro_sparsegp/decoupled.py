@@ -27,7 +27,7 @@ from sparsegp_common import decoupled as common
 
 from . import checks, variational
 from .conditionals import conditional
-from .linalg import cholesky
+from .linalg import cholesky, solve_lower
 from .params import active
 from .priors import GPPrior
 from .svgp import SVGP
@@ -188,8 +188,7 @@ class DecoupledPosterior:
         quad = 0.5 * quadratic_form(self.kernel, self.Z_alpha, self.a, self.kl_chunk_size, size)
         if self.parametrization == "hybrid":
             Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a.unsqueeze(-1))
-            solve = functools.partial(torch.linalg.solve_triangular, self.Luu, upper=False)
-            cross = (solve(self.q_mu.unsqueeze(-1)) * solve(Kba_a)).sum()
+            cross = (solve_lower(self.Luu, self.q_mu.unsqueeze(-1)) * solve_lower(self.Luu, Kba_a)).sum()
             return variational.kl(self.q_mu, self.q_sqrt, self.Luu) + cross + quad
         return quad + covariance_kl(self.LH)
 
@@ -207,7 +206,7 @@ class DecoupledPosterior:
             base, var = conditional(Kbx, self.Luu, Kff, self.q_mu, self.q_sqrt, whiten=False, full_cov=full_cov)
             mean = mean + base
         else:
-            V = torch.linalg.solve_triangular(self.LH, self.L.transpose(-1, -2) @ Kbx, upper=False)
+            V = solve_lower(self.LH, self.L.transpose(-1, -2) @ Kbx)
             if full_cov:
                 var = Kff - V.transpose(-1, -2) @ V
             else:  # 0 <= var <= k(x, x) in exact arithmetic; round-off may cross 0
@@ -221,7 +220,7 @@ def covariance_kl(LH):
     """``KL[N(0, H^{-1}) || N(0, I)]`` summed over the batch, from ``LH = chol(H)``."""
     M = LH.shape[-1]
     eye = torch.eye(M, dtype=LH.dtype, device=LH.device)
-    LH_inv = torch.linalg.solve_triangular(LH, eye.expand_as(LH), upper=False)
+    LH_inv = solve_lower(LH, eye.expand_as(LH))
     num = LH.numel() // (M * M)
     return torch.log(LH.diagonal(dim1=-2, dim2=-1)).sum() + 0.5 * (LH_inv**2).sum() - 0.5 * M * num
 
