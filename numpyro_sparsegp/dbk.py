@@ -58,6 +58,13 @@ def _linear(a, b, key, dtype):
     return eqx.nn.Linear(a, b, key=key, dtype=dtype)
 
 
+def _head(hidden, rank, key, dtype, output_scale):
+    """The output layer, its default initialisation scaled by ``output_scale``."""
+    scale = common.check_output_scale(output_scale)
+    head = _linear(hidden, rank, key, dtype)
+    return eqx.tree_at(lambda layer: (layer.weight, layer.bias), head, (head.weight * scale, head.bias * scale))
+
+
 def _rows(fn, X):
     """Apply a per-example equinox function to ``(N, D)`` rows (or one ``(D,)`` row)."""
     return jax.vmap(fn)(X) if X.ndim == 2 else fn(X)
@@ -73,6 +80,9 @@ class MLP(eqx.Module):
         depth: hidden layers.
         dtype: parameter dtype (JAX's default float when None).
         seed: seeds equinox's default initialisation (None: 0).
+        output_scale: multiplies the head's initial weights and bias, so the initial prior
+            variance ``|phi(x)|^2`` scales by its square (the default initialisation with r = 128
+            gives 10-30 on inputs in [-1, 1]; the corrected objective trains faster from about 1).
 
     Maps inputs ``(N, D)`` to features ``(N, r)`` (a single ``(D,)`` row to ``(r,)``).
     """
@@ -82,12 +92,13 @@ class MLP(eqx.Module):
     input_dim: int = eqx.field(static=True)
     rank: int = eqx.field(static=True)
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
+                 output_scale=1.0):
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         keys = jax.random.split(jax.random.PRNGKey(0 if seed is None else seed), depth + 1)
         sizes = [self.input_dim] + [hidden] * depth
         self.hidden = [_linear(a, b, k, dtype) for a, b, k in zip(sizes[:-1], sizes[1:], keys[:-1])]
-        self.head = _linear(hidden, self.rank, keys[-1], dtype)
+        self.head = _head(hidden, self.rank, keys[-1], dtype, output_scale)
 
     def _one(self, x):
         h = x
@@ -112,12 +123,13 @@ class ResNet(eqx.Module):
     input_dim: int = eqx.field(static=True)
     rank: int = eqx.field(static=True)
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
+                 output_scale=1.0):
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         keys = jax.random.split(jax.random.PRNGKey(0 if seed is None else seed), depth + 2)
         self.input = _linear(self.input_dim, hidden, keys[0], dtype)
         self.blocks = [_linear(hidden, hidden, k, dtype) for k in keys[1:-1]]
-        self.head = _linear(hidden, self.rank, keys[-1], dtype)
+        self.head = _head(hidden, self.rank, keys[-1], dtype, output_scale)
 
     def _one(self, x):
         h = self.input(x)

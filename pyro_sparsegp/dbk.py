@@ -59,6 +59,16 @@ def _seeded(seed):
         yield
 
 
+def _head(hidden, rank, dtype, output_scale):
+    """The output layer, its default initialisation scaled by ``output_scale``."""
+    scale = common.check_output_scale(output_scale)
+    head = torch.nn.Linear(hidden, rank, dtype=dtype)
+    with torch.no_grad():
+        head.weight.mul_(scale)
+        head.bias.mul_(scale)
+    return head
+
+
 class MLP(torch.nn.Module):
     """Basis network ``phi(x) = W_out h_depth + b_out``, ``h_k = tanh(W_k h_{k-1} + b_k)``, ``h_0 = x``.
 
@@ -69,17 +79,21 @@ class MLP(torch.nn.Module):
         depth: hidden layers.
         dtype: parameter dtype (torch's default when None).
         seed: seeds the (torch default) initialisation.
+        output_scale: multiplies the head's initial weights and bias, so the initial prior
+            variance ``|phi(x)|^2`` scales by its square (the default initialisation with r = 128
+            gives 10-30 on inputs in [-1, 1]; the corrected objective trains faster from about 1).
 
     Maps inputs ``(N, D)`` to features ``(N, r)``.
     """
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
+                 output_scale=1.0):
         super().__init__()
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         sizes = [self.input_dim] + [hidden] * depth
         with _seeded(seed):
             self.hidden = torch.nn.ModuleList(torch.nn.Linear(a, b, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:]))
-            self.head = torch.nn.Linear(hidden, self.rank, dtype=dtype)
+            self.head = _head(hidden, self.rank, dtype, output_scale)
 
     def forward(self, X):
         h = X
@@ -95,13 +109,14 @@ class ResNet(torch.nn.Module):
     Args: as for :class:`MLP` (``depth`` counts residual blocks).
     """
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
+                 output_scale=1.0):
         super().__init__()
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         with _seeded(seed):
             self.input = torch.nn.Linear(self.input_dim, hidden, dtype=dtype)
             self.blocks = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden, dtype=dtype) for _ in range(depth))
-            self.head = torch.nn.Linear(hidden, self.rank, dtype=dtype)
+            self.head = _head(hidden, self.rank, dtype, output_scale)
 
     def forward(self, X):
         h = self.input(X)

@@ -131,6 +131,20 @@ def test_networks_compute_their_formulas(backend, rng, arch):
     assert feats(backend, dbk(backend).MLP(3, rank=1, dtype=f64(backend)), X).shape == (7, 1)
 
 
+
+@pytest.mark.parametrize("arch", ["MLP", "ResNet"])
+def test_output_scale_scales_the_initial_features(backend, rng, arch):
+    cls = getattr(dbk(backend), arch)
+    X = rng.uniform(-1, 1, size=(9, 4))
+    base = feats(backend, cls(4, rank=5, hidden=7, dtype=f64(backend), seed=3), X)
+    scaled = feats(backend, cls(4, rank=5, hidden=7, dtype=f64(backend), seed=3, output_scale=0.25), X)
+    np.testing.assert_allclose(scaled, 0.25 * base, rtol=1e-13)
+    assert np.abs(base).max() > 0.1
+    with pytest.raises(ValueError, match="output_scale"):
+        cls(4, output_scale=0.0)
+    with pytest.raises(TypeError, match="output_scale"):
+        cls(4, output_scale="big")
+
 # ---------------------------------------------------------------- 1.-3. exact low-rank algebra
 
 
