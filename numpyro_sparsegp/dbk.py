@@ -158,10 +158,14 @@ def _posterior64(Phi, y, noise):
     """:func:`weight_posterior` in float64 (with ``jax_enable_x64``): ``Phi^T S^-1 Phi`` grows like
     N / sigma^2, beyond what a float32 Cholesky can take, so the r x r algebra is done in double
     precision (spec 5.1)."""
-    Phi, y = Phi.astype(_wide()), y.astype(_wide())
-    scaled = Phi / _noise(noise, Phi)[:, None]
-    R = cholesky(Phi.T @ scaled + jnp.eye(Phi.shape[-1], dtype=Phi.dtype), jitter=0.0)
-    b = scaled.T @ y[:, None]
+    Phi, y = Phi.astype(_wide()), y.astype(_wide())[:, None]
+    noise = jnp.asarray(noise, dtype=Phi.dtype)
+    if noise.ndim == 0:  # divide the r x r products, not Phi: no (N, r) temporaries (memory-bound at large N)
+        gram, b = Phi.T @ Phi / noise, Phi.T @ y / noise
+    else:
+        scaled = Phi / _noise(noise, Phi)[:, None]
+        gram, b = Phi.T @ scaled, scaled.T @ y
+    R = cholesky(gram + jnp.eye(Phi.shape[-1], dtype=Phi.dtype), jitter=0.0)
     return solve_lower(R, solve_lower(R, b), transpose=True)[:, 0], R
 
 
@@ -187,8 +191,8 @@ def lowrank_lml(Phi, y, noise):
     scalar ``noise``; see the module docstring), accumulated in float64 (with ``jax_enable_x64``)
     and returned in the dtype of ``Phi``. Shapes as for :func:`weight_posterior`; returns a scalar."""
     dtype = Phi.dtype
+    Phi, y = Phi.astype(_wide()), y.astype(_wide())  # once: _posterior64 then keeps them
     mean, R = _posterior64(Phi, y, noise)
-    Phi, y = Phi.astype(R.dtype), y.astype(R.dtype)
     s = _noise(noise, Phi)
     quad = ((y - Phi @ mean) ** 2 / s).sum() + (mean**2).sum()
     log_det = jnp.log(s).sum() + 2 * jnp.log(jnp.diagonal(R)).sum()

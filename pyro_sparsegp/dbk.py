@@ -136,11 +136,14 @@ def _noise(noise, Phi):
 def _posterior64(Phi, y, noise):
     """:func:`weight_posterior` in float64: ``Phi^T S^-1 Phi`` grows like N / sigma^2, beyond what a
     float32 Cholesky can take, so the r x r algebra is done in double precision (spec 5.1)."""
-    Phi, y = Phi.to(torch.float64), y.to(torch.float64)
-    scaled = Phi / _noise(noise, Phi).unsqueeze(-1)
-    eye = torch.eye(Phi.shape[-1], dtype=Phi.dtype, device=Phi.device)
-    R = cholesky(Phi.transpose(-1, -2) @ scaled + eye, jitter=0.0)
-    b = scaled.transpose(-1, -2) @ y.unsqueeze(-1)
+    Phi, y = Phi.to(torch.float64), y.to(torch.float64).unsqueeze(-1)
+    noise = torch.as_tensor(noise, dtype=Phi.dtype, device=Phi.device)
+    if noise.dim() == 0:  # divide the r x r products, not Phi: no (N, r) temporaries (memory-bound at large N)
+        gram, b = Phi.transpose(-1, -2) @ Phi / noise, Phi.transpose(-1, -2) @ y / noise
+    else:
+        scaled = Phi / _noise(noise, Phi).unsqueeze(-1)
+        gram, b = Phi.transpose(-1, -2) @ scaled, scaled.transpose(-1, -2) @ y
+    R = cholesky(gram + torch.eye(Phi.shape[-1], dtype=Phi.dtype, device=Phi.device), jitter=0.0)
     return solve_lower(R, solve_lower(R, b), transpose=True).squeeze(-1), R
 
 
@@ -166,8 +169,8 @@ def lowrank_lml(Phi, y, noise):
     scalar ``noise``; see the module docstring), accumulated in float64 and returned in the dtype
     of ``Phi``. Shapes as for :func:`weight_posterior`; returns a scalar."""
     dtype = Phi.dtype
+    Phi, y = Phi.to(torch.float64), y.to(torch.float64)  # once: _posterior64 then keeps them
     mean, R = _posterior64(Phi, y, noise)
-    Phi, y = Phi.to(torch.float64), y.to(torch.float64)
     s = _noise(noise, Phi)
     quad = ((y - Phi @ mean) ** 2 / s).sum() + (mean**2).sum()
     log_det = torch.log(s).sum() + 2 * torch.log(R.diagonal()).sum()
