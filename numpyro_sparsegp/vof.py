@@ -74,7 +74,19 @@ def _key(key):
     return key
 
 
-class HermiteFeatures(Features):
+class _OrthogonalFeatures(Features):
+    """Features indexed by the multi-indices ``indices`` ``(M, D)`` of a tensor-product basis."""
+
+    @property
+    def num_inducing(self):
+        return self.indices.shape[0]
+
+    @property
+    def input_dim(self):
+        return self.indices.shape[1]
+
+
+class HermiteFeatures(_OrthogonalFeatures):
     """Hermite-function features of the squared-exponential kernel, closed-form ``Kuf``.
 
     In 1-D, with ``R_+- = r^2 +- l^2 / 2``, ``rho = R_- / R_+`` and ``z = r x / sqrt(R_- R_+)``::
@@ -109,14 +121,6 @@ class HermiteFeatures(Features):
         log_rho = 2 * np.log(2 * sx / (np.sqrt(4 * sx**2 + ls**2) + ls))
         self.indices = common.multi_indices(num_features, -log_rho)
         self._param("sigma_x", sigma_x, constraints.positive)
-
-    @property
-    def num_inducing(self):
-        return self.indices.shape[0]
-
-    @property
-    def input_dim(self):
-        return self.indices.shape[1]
 
 
 def hermite_kuf(sigma_x, lengthscale, variance, indices, X):
@@ -166,7 +170,7 @@ def _kuf_hermite_other(features, kernel, X):
                     f"{type(kernel).__name__}; use FourierFeatures or LegendreFeatures for other kernels")
 
 
-class SpectralFeatures(Features):
+class SpectralFeatures(_OrthogonalFeatures):
     """Features from an orthonormal basis on the frequency box ``[-a, a]^D`` (band-limited).
 
     Subclasses set ``basis`` (``"fourier"`` or ``"legendre"``). In D > 1 the basis is a tensor
@@ -197,14 +201,6 @@ class SpectralFeatures(Features):
         num_features = common.check_num_features(num_features, self.basis, a.shape[0])
         self.indices = common.multi_indices(num_features, [1.0] * a.shape[0], self.basis)
         self._param("a", a, constraints.positive)
-
-    @property
-    def num_inducing(self):
-        return self.indices.shape[0]
-
-    @property
-    def input_dim(self):
-        return self.indices.shape[1]
 
     def basis_functions(self, omega):
         """``psi_m(omega)`` for frequencies ``omega`` ``(T, D)`` inside the box: ``(T, M)``."""
