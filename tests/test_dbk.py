@@ -170,6 +170,34 @@ def test_lowrank_lml_equals_dense_and_lowrank_mvn(backend, rng, n, r, heterosced
     np.testing.assert_allclose(mean, np.linalg.solve(Phi.T @ S_inv @ Phi + np.eye(r), Phi.T @ S_inv @ y), rtol=1e-10)
 
 
+@pytest.mark.parametrize("heteroscedastic", [False, True])
+def test_pyro_blocked_moments_value_and_gradient(rng, monkeypatch, heteroscedastic):
+    """The Pyro LML accumulates Phi^T Phi, Phi^T y and |phi_n|^2 over blocks of rows with its own
+    backward pass: blocks of 4 rows (the last one short) against the dense LML, torch's gradcheck
+    of the blocked function, and the corrected objective's gradient against autograd of the
+    direct formula."""
+    import torch
+
+    from pyro_sparsegp import dbk as lib
+
+    monkeypatch.setattr(lib, "MOMENT_CHUNK", 4)
+    n, r = 11, 3
+    Phi, y = rng.normal(size=(n, r)), rng.normal(size=n)
+    noise = rng.uniform(0.05, 0.5, n) if heteroscedastic else 0.07
+    dense = stats.multivariate_normal.logpdf(y, np.zeros(n), Phi @ Phi.T + np.diag(np.broadcast_to(noise, n)))
+    P, t, s = (torch.tensor(v, requires_grad=True) for v in (Phi, y, np.asarray(noise, dtype=float)))
+    assert float(lib.lowrank_lml(P, t, s).detach()) == pytest.approx(dense, rel=1e-12)
+    assert torch.autograd.gradcheck(lambda P, t: lib._Moments.apply(P, t), (P, t))
+    assert torch.autograd.gradcheck(lambda P, t, s: lib.lowrank_lml(P, t, s), (P, t, s))
+    # the trace penalty takes |phi_n|^2 from the same pass: compare with the direct formula
+    *moments, sq = lib._stats(P, t, s)
+    value = lib._lml(*moments, n) - lib.trace_penalty(sq, 0.07)
+    direct = lib.lowrank_lml(P, t, s) - lib.trace_penalty((P**2).sum(-1), 0.07)
+    grads = torch.autograd.grad(value, (P, t, s))
+    for got, want in zip(grads, torch.autograd.grad(direct, (P, t, s))):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
+
+
 def test_gradient_matches_the_closed_form(backend, rng):
     """Spec A.1: d log p / d Phi = -Sigma^-1 Phi + Sigma^-1 y y^T Sigma^-1 Phi."""
     Phi, y, noise = rng.normal(size=(9, 3)), rng.normal(size=9), 0.2
