@@ -283,7 +283,7 @@ def test_works_with_decoupled_prior(backend, rng, integration):
     a = rng.normal(size=12) * 0.3
     L = np.tril(rng.normal(size=(4, 4)) * 0.1, -1) + np.diag(rng.uniform(0.3, 0.8, 4))
     events = np.sort(rng.uniform(LOW, HIGH, (25, 1)), axis=0)
-    gp = backend.lib.DecoupledGP(backend.kernel(*KERN), backend.array(Za), backend.array(Zb))
+    gp = backend.lib.DecoupledGP(backend.kernel(*KERN), backend.array(Za), backend.array(Zb), parametrization="direct")
     gp = backend.set(gp, a=a, L=L)
     rule = windows.Binned(64) if integration == "binned" else None
     model = backend.lib.CoxProcess(gp, windows.Interval(LOW, HIGH), integration=rule, offset=OFFSET)

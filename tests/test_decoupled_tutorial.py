@@ -18,8 +18,9 @@ def test_decoupled_sinc(backend, tmp_path):
                              "--output", str(output)], capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     rmse = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^(.+?)\s+RMSE ([\d.]+)", result.stdout, re.M)}
-    assert rmse["decoupled M_alpha=100, M_beta=10"] < rmse["shared M=10"]
     assert rmse["shared M=100"] < 0.05  # the noise sd is 0.1; the test targets are noise-free
+    # the paper's Figure 1 claim: the decoupled model predicts almost as well as the shared M = 100
+    assert rmse["decoupled M_alpha=100, M_beta=10"] < min(0.5 * rmse["shared M=10"], 2 * rmse["shared M=100"])
     assert output.stat().st_size > 10_000
 
 

@@ -115,8 +115,7 @@ def kin40k(backend, quick):
     for label, make in (
         (f"SVGP M={Mb}", lambda: lib.SVGP(lib.RBF(lengthscale=backend.array(np.ones(8))), backend.array(Za[:Mb]))),
         (f"decoupled M_alpha={Ma}, M_beta={Mb}",
-         lambda: lib.DecoupledGP(lib.RBF(lengthscale=backend.array(np.ones(8))), backend.array(Za), backend.array(Za[:Mb]),
-                                 parametrization="jacobi")),
+         lambda: lib.DecoupledGP(lib.RBF(lengthscale=backend.array(np.ones(8))), backend.array(Za), backend.array(Za[:Mb]))),
     ):
         backend.reset()
         model, result, seconds = fit_model(backend, make(), X, y, steps, batch_size=1024, lr=0.01)
