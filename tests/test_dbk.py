@@ -170,6 +170,21 @@ def test_lowrank_lml_equals_dense_and_lowrank_mvn(backend, rng, n, r, heterosced
     np.testing.assert_allclose(mean, np.linalg.solve(Phi.T @ S_inv @ Phi + np.eye(r), Phi.T @ S_inv @ y), rtol=1e-10)
 
 
+def test_lml_at_the_noise_bound_with_a_well_fit_target(backend, rng):
+    """sigma^2 = 1e-6 and y almost in the span of Phi: y^T S^-1 y - |R^-1 b|^2 cancels about 7
+    digits; the result still matches the residual form of spec 5.2, computed densely."""
+    n, r, noise = 40, 5, 1e-6
+    Phi = rng.normal(size=(n, r))
+    y = Phi @ rng.normal(size=r) + 1e-3 * rng.normal(size=n)
+    A = Phi.T @ Phi / noise + np.eye(r)
+    m = np.linalg.solve(A, Phi.T @ y / noise)
+    quad = ((y - Phi @ m) ** 2).sum() / noise + (m**2).sum()
+    stable = -0.5 * (n * np.log(2 * np.pi) + n * np.log(noise) + np.linalg.slogdet(A)[1] + quad)
+    assert (y**2).sum() / noise > 1e6 * quad  # the cancellation is real
+    value = scalar(backend, dbk(backend).lowrank_lml(backend.array(Phi), backend.array(y), backend.array(noise)))
+    assert value == pytest.approx(stable, rel=1e-9)
+
+
 @pytest.mark.parametrize("heteroscedastic", [False, True])
 def test_pyro_blocked_moments_value_and_gradient(rng, monkeypatch, heteroscedastic):
     """The Pyro LML accumulates Phi^T Phi, Phi^T y and |phi_n|^2 over blocks of rows with its own
