@@ -11,9 +11,9 @@ A variant is ``kind[:key=value...]``:
 
 * ``svgp``: our SVGP; ``M`` inducing points (1024), ``lr`` (0.01).
 * ``decoupled``: ``DecoupledGP``; ``p`` parametrisation (``direct``), ``Ma``/``Mb`` basis sizes
-  (16384/128), ``lr`` (0.01), ``alr`` a learning rate for ``a`` alone, ``ks`` the KL subsample size
-  (1024), ``freeze=Z_alpha`` to keep the mean basis fixed, ``decay=c`` for the paper's schedule
-  ``lr / (1 + c sqrt(t))``.
+  (16384/128), ``lr`` (0.01), ``alr``/``Llr`` a learning rate for ``a``/``L`` alone, ``ks`` the KL
+  subsample size (1024), ``freeze=Z_alpha`` to keep the mean basis fixed, ``decay=c`` for the
+  paper's schedule ``lr / (1 + c sqrt(t))``.
 """
 import os
 import sys
@@ -49,8 +49,9 @@ def build(kind, opts, index, X, y, Z):
         "prior": lambda self, kernel, Z: psg.DecoupledGP(kernel, Z, Z[:Mb], parametrization=opts.get("p", "direct"),
                                                          kl_subsample_size=ks, name=f"gp{index}")})
     runner = runner(X, y, Z[: int(opts.get("Ma", 16384))], batches, lr)
-    store, frozen, a_lr = pyro.get_param_store(), opts.get("freeze", "").split(","), float(opts.get("alr", lr))
-    groups = [{"params": [store.get_param(name).unconstrained()], "lr": a_lr if name.endswith(".a") else lr}
+    store, frozen = pyro.get_param_store(), opts.get("freeze", "").split(",")
+    rates = {"a": float(opts.get("alr", lr)), "L": float(opts.get("Llr", lr))}
+    groups = [{"params": [store.get_param(name).unconstrained()], "lr": rates.get(name.split(".")[-1], lr)}
               for name in store.keys() if name.startswith((f"gp{index}.", f"likelihood{index}."))
               and name.split(".")[-1] not in frozen]
     runner.opt = torch.optim.Adam(groups)

@@ -131,7 +131,7 @@ def test_decoupled_trials_build_the_variants():
     X = rng.normal(size=(1100, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=1100)
     pyro.clear_param_store()
-    kind, opts = trials.parse("decoupled:p=direct:lr=0.02:alr=0.1:freeze=Z_alpha:Ma=20:Mb=4:ks=8:decay=0.5")
+    kind, opts = trials.parse("decoupled:p=direct:lr=0.02:alr=0.1:Llr=0.3:freeze=Z_alpha:Ma=20:Mb=4:ks=8:decay=0.5")
     runner = trials.build(kind, opts, 0, X, y, X[:30])
     prior = runner.gp.prior
     assert prior.parametrization == "direct" and prior.Z_alpha.shape[0] == 20 and prior.kl_subsample_size == 8
@@ -143,6 +143,7 @@ def test_decoupled_trials_build_the_variants():
     runner.step()  # the schedule lr / (1 + c sqrt(t)) after two steps
     lrs = {id(group["params"][0]): group["lr"] for group in runner.opt.param_groups}
     assert lrs[id(store.get_param("gp0.a").unconstrained())] == pytest.approx(0.1 / (1 + 0.5 * 2**0.5))
+    assert lrs[id(store.get_param("gp0.L").unconstrained())] == pytest.approx(0.3 / (1 + 0.5 * 2**0.5))
     assert lrs[id(store.get_param("gp0.Z_beta").unconstrained())] == pytest.approx(0.02 / (1 + 0.5 * 2**0.5))
     svgp = trials.build(*trials.parse("svgp:M=16"), 1, X, y, X[:30])
     assert svgp.gp.prior.features.num_inducing == 16
