@@ -11,8 +11,10 @@
   iterations, patience 2,000 iterations), SVI models and the SVGP baseline (M = 128 inducing
   inputs, RBF with lengthscales sqrt(D)) in minibatches of 256 (evaluated every 10 of at most
   2,000 epochs, patience 200 epochs); test MAE, RMSE and NLL (standardised targets) at the
-  evaluation with the best validation NLL, and the training time to that point's end. Exact DBK
-  runs in float64 (its r x r Cholesky needs it once sigma^2 is small), the SVI models in float32.
+  evaluation with the best validation NLL, and the training time to that point's end. The
+  networks run in float32; exact DBK accumulates its moments and does its r x r algebra in
+  float64 (pol, seed 0: the same test RMSE as a float64 network, 0.0797 against 0.0795, at
+  0.05 s per iteration against 0.079 s).
   The network starts from torch's default initialisation with its head scaled (``output_scale``)
   so that the root mean prior variance |phi(x)|^2 over the training inputs is INIT_PRIOR_SD (the
   paper does not say; unscaled it is 3-5 here, and the corrected exact DBK then trains several
@@ -166,7 +168,7 @@ class Trained:
 
         pyro.clear_param_store()
         self.label, self.exact = label, label.startswith("DBK")
-        dtype = torch.float64 if self.exact else torch.float32
+        dtype = torch.float32
         (X, y), D = data["train"], data["train"][0].shape[1]
         self.X, self.y = torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype)
         correction = not label.endswith("-c")

@@ -149,6 +149,29 @@ def test_decoupled_trials_build_the_variants():
     assert svgp.gp.prior.features.num_inducing == 16
 
 
+def test_trace_floor_bounds_every_nystrom_residual():
+    import numpy as np
+    import torch
+
+    from benchmarks.decoupled_trials import trace_floor
+    from pyro_sparsegp import RBF
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    kernel = RBF(lengthscale=torch.tensor([0.7, 1.0, 1.5], dtype=torch.float64), variance=torch.tensor(0.8, dtype=torch.float64))
+    K = kernel(torch.as_tensor(X)).detach().numpy()
+    assert trace_floor(kernel, X, 0) == pytest.approx(0.8)
+    assert trace_floor(kernel, X, 60) == pytest.approx(0.0, abs=1e-12)
+    for rank in (1, 5, 10, 20):
+        floors = [trace_floor(kernel, X, rank)]
+        for seed in range(5):  # Nystrom with `rank` of the inputs never beats the floor
+            Z = np.random.default_rng(seed).choice(60, rank, replace=False)
+            residual = np.trace(K - K[:, Z] @ np.linalg.solve(K[np.ix_(Z, Z)] + 1e-12 * np.eye(rank), K[Z])) / 60
+            assert residual >= floors[0] - 1e-10
+        eig = np.linalg.eigvalsh(K)[::-1]
+        assert floors[0] == pytest.approx(eig[rank:].sum() / 60, rel=1e-9)
+
+
 def test_median_and_table():
     assert harness.median([3.0, 1.0, 2.0]) == 2.0
     assert harness.median([4.0, 1.0, 2.0, 3.0]) == 2.5
