@@ -37,7 +37,7 @@ def trace_floor(kernel, X, rank):
 
     with torch.no_grad():
         K = kernel(torch.as_tensor(X, dtype=torch.float64))
-        eig = torch.linalg.eigvalsh(K.to(torch.float64)).flip(0)
+        eig = torch.linalg.eigvalsh(K).flip(0)
     return float(eig[rank:].sum() / len(X))
 
 

@@ -163,13 +163,13 @@ def test_trace_floor_bounds_every_nystrom_residual():
     assert trace_floor(kernel, X, 0) == pytest.approx(0.8)
     assert trace_floor(kernel, X, 60) == pytest.approx(0.0, abs=1e-12)
     for rank in (1, 5, 10, 20):
-        floors = [trace_floor(kernel, X, rank)]
+        floor = trace_floor(kernel, X, rank)
         for seed in range(5):  # Nystrom with `rank` of the inputs never beats the floor
             Z = np.random.default_rng(seed).choice(60, rank, replace=False)
             residual = np.trace(K - K[:, Z] @ np.linalg.solve(K[np.ix_(Z, Z)] + 1e-12 * np.eye(rank), K[Z])) / 60
-            assert residual >= floors[0] - 1e-10
+            assert residual >= floor - 1e-10
         eig = np.linalg.eigvalsh(K)[::-1]
-        assert floors[0] == pytest.approx(eig[rank:].sum() / 60, rel=1e-9)
+        assert floor == pytest.approx(eig[rank:].sum() / 60, rel=1e-9)
 
 
 def test_median_and_table():
