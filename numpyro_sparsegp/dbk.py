@@ -1,5 +1,7 @@
 """Deep basis kernels (Zhu, Yuchi & Xie, 2025): ``k(x, x') = phi(x)^T phi(x')`` with a network
 ``phi: R^D -> R^r``, i.e. the Bayesian last layer ``f(x) = w^T phi(x)``, ``w ~ N(0, I_r)``.
+Here ``phi(x) = sqrt(variance) net(x)``: a learnable kernel variance carries the overall scale
+(see :class:`ExactDBK`), and every formula below reads the scaled features.
 
 * :class:`ExactDBK`: exact GP regression with ``w`` integrated out; the log marginal likelihood,
   its gradient (autodiff) and the predictive cost O(N r^2) time and O(N r) memory.
@@ -61,13 +63,6 @@ def _linear(a, b, key, dtype):
     return eqx.nn.Linear(a, b, key=key, dtype=dtype)
 
 
-def _head(hidden, rank, key, dtype, output_scale):
-    """The output layer, its default initialisation scaled by ``output_scale``."""
-    scale = common.check_output_scale(output_scale)
-    head = _linear(hidden, rank, key, dtype)
-    return eqx.tree_at(lambda layer: (layer.weight, layer.bias), head, (head.weight * scale, head.bias * scale))
-
-
 def _rows(fn, X):
     """Apply a per-example equinox function to ``(N, D)`` rows (or one ``(D,)`` row)."""
     return jax.vmap(fn)(X) if X.ndim == 2 else fn(X)
@@ -83,9 +78,6 @@ class MLP(eqx.Module):
         depth: hidden layers.
         dtype: parameter dtype (JAX's default float when None).
         seed: seeds equinox's default initialisation (None: 0).
-        output_scale: multiplies the head's initial weights and bias, so the initial prior
-            variance ``|phi(x)|^2`` scales by its square (the default initialisation with r = 128
-            gives 10-30 on inputs in [-1, 1]; the corrected objective trains faster from about 1).
 
     Maps inputs ``(N, D)`` to features ``(N, r)`` (a single ``(D,)`` row to ``(r,)``).
     """
@@ -95,13 +87,12 @@ class MLP(eqx.Module):
     input_dim: int = eqx.field(static=True)
     rank: int = eqx.field(static=True)
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
-                 output_scale=1.0):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         keys = jax.random.split(jax.random.PRNGKey(0 if seed is None else seed), depth + 1)
         sizes = [self.input_dim] + [hidden] * depth
         self.hidden = [_linear(a, b, k, dtype) for a, b, k in zip(sizes[:-1], sizes[1:], keys[:-1])]
-        self.head = _head(hidden, self.rank, keys[-1], dtype, output_scale)
+        self.head = _linear(hidden, self.rank, keys[-1], dtype)
 
     def _one(self, x):
         h = x
@@ -126,13 +117,12 @@ class ResNet(eqx.Module):
     input_dim: int = eqx.field(static=True)
     rank: int = eqx.field(static=True)
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
-                 output_scale=1.0):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         keys = jax.random.split(jax.random.PRNGKey(0 if seed is None else seed), depth + 2)
         self.input = _linear(self.input_dim, hidden, keys[0], dtype)
         self.blocks = [_linear(hidden, hidden, k, dtype) for k in keys[1:-1]]
-        self.head = _head(hidden, self.rank, keys[-1], dtype, output_scale)
+        self.head = _linear(hidden, self.rank, keys[-1], dtype)
 
     def _one(self, x):
         h = self.input(x)
@@ -152,17 +142,20 @@ def _wide():
     return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
-def _stats(Phi, y, noise):
-    """The sufficient statistics of every formula below, in float64 (with ``jax_enable_x64``):
-    ``G = Phi^T S^-1 Phi``, ``b = Phi^T S^-1 y``, ``y^T S^-1 y``, ``log|S|``, and ``|phi_n|^2``
-    ``(N,)`` in the dtype of ``Phi``. With a scalar noise the r x r products are divided, not Phi."""
+def _stats(Phi, y, noise, variance=1.0):
+    """The sufficient statistics of every formula below for the features ``Psi = sqrt(v) Phi``
+    (``v = variance``), in float64 (with ``jax_enable_x64``): ``G = Psi^T S^-1 Psi``,
+    ``b = Psi^T S^-1 y``, ``y^T S^-1 y``, ``log|S|``, and ``|psi_n|^2`` ``(N,)`` in the dtype of
+    ``Phi``. The r x r products are scaled, not Phi (and with a scalar noise not divided either)."""
     P, t = Phi.astype(_wide()), y.astype(_wide())
     noise = jnp.asarray(noise, dtype=P.dtype)
+    v = jnp.asarray(variance, dtype=P.dtype)
+    sq = _sq_norms(Phi) * v.astype(Phi.dtype)
     if noise.ndim == 0:
-        return P.T @ P / noise, P.T @ t / noise, (t**2).sum() / noise, Phi.shape[0] * jnp.log(noise), _sq_norms(Phi)
+        return P.T @ P * (v / noise), P.T @ t * (jnp.sqrt(v) / noise), (t**2).sum() / noise, Phi.shape[0] * jnp.log(noise), sq
     s = jnp.broadcast_to(noise, Phi.shape[:1])
     scaled = P / s[:, None]
-    return P.T @ scaled, scaled.T @ t, (t**2 / s).sum(), jnp.log(s).sum(), _sq_norms(Phi)
+    return P.T @ scaled * v, scaled.T @ t * jnp.sqrt(v), (t**2 / s).sum(), jnp.log(s).sum(), sq
 
 
 def _posterior64(gram, b):
@@ -229,6 +222,10 @@ def _sq_norms(Phi):
     return (Phi**2).sum(-1)
 
 
+def _scaled(net, variance, X):
+    return net(X) * jnp.sqrt(variance)
+
+
 def _check_net(net):
     if not isinstance(net, eqx.Module):
         raise TypeError(f"net must be an equinox Module, got {type(net).__name__}")
@@ -255,7 +252,7 @@ def _max_sq_norm(obj, X, params, batch_size):
 
     def sq_norms(Xb, batch, values):
         with handlers.substitute(data=values):
-            return _sq_norms(obj.bind().net(Xb.astype(obj.first_parameter().dtype)))
+            return _sq_norms(obj.bind().posterior().features(Xb))
 
     return float(predict._map_batches(sq_norms, X, batch_size, params or {}).max())
 
@@ -277,17 +274,26 @@ class ExactDBK(Parameterized):
         net: an equinox module ``(N, D) -> (N, r)`` with integer attributes ``input_dim`` and
             ``rank`` (:class:`MLP`, :class:`ResNet`); its parameters are ``<name>.net$params``.
         noise: initial noise variance ``sigma^2`` (constrained above 1e-6).
+        variance: initial kernel variance ``v`` in ``phi(x) = sqrt(v) net(x)`` (positive).
         variance_correction: the paper's correction (trace term in training, eq. 12 in
             prediction); False is the "-c" ablation.
         name: prefix of the parameter and site names.
+
+    The kernel variance adds nothing the network's last layer could not express, but it keeps
+    the optimiser stable: the corrected objective drives ``|phi|^2`` far below the variance of
+    the targets, and when the last layer's weights carry that scale alone, Adam's steps of a
+    fixed size per weight change it by large relative amounts and training diverges.
+    Start ``net`` at its default initialisation and give the initial scale here.
     """
 
-    def __init__(self, net, noise=common.NOISE_INIT, variance_correction=True, name="dbk"):
+    def __init__(self, net, noise=common.NOISE_INIT, variance=1.0, variance_correction=True, name="dbk"):
         super().__init__(name)
         self.variance_correction = common.check_flag(variance_correction, "variance_correction")
         self.net = _check_net(net)
-        self._param("noise", jnp.asarray(common.check_noise(noise), dtype=_first_array(net).dtype),
+        like = _first_array(net)
+        self._param("noise", jnp.asarray(common.check_noise(noise), dtype=like.dtype),
                     constraints.greater_than(common.NOISE_LOWER_BOUND))
+        self._param("variance", checks.positive(variance, "variance", like=like), constraints.positive)
         self.cache = None
 
     @property
@@ -299,6 +305,10 @@ class ExactDBK(Parameterized):
             return self
         return _bind_net(self, super().bind(prefix), prefix)
 
+    def _features(self, X):
+        """``Phi = sqrt(variance) net(X)`` of the bound model: ``(N, r)``."""
+        return _scaled(self.net, self.variance, X)
+
     def _data(self, X, y):
         X = checks.inputs(X, "X", self.input_dim).astype(self.first_parameter().dtype)
         if y is not None:
@@ -309,14 +319,14 @@ class ExactDBK(Parameterized):
         """``log p(y)`` of eq. 5 (no correction), differentiable: a scalar."""
         X, y = self._data(X, y)
         bound = self.bind()
-        return lowrank_lml(bound.net(X), y, bound.noise)
+        return lowrank_lml(bound._features(X), y, bound.noise)
 
     def objective(self, X, y):
         """The training objective: ``log p(y)``, less ``tr(C) / (2 sigma^2)`` with correction."""
         X, y = self._data(X, y)
         bound = self.bind()
         noise = bound.noise
-        *moments, sq = _stats(bound.net(X), y, noise)
+        *moments, sq = _stats(bound.net(X), y, noise, bound.variance)  # Phi is not scaled: the moments are
         lml = _lml(*moments, X.shape[0]).astype(noise.dtype)
         return lml - trace_penalty(sq, noise) if self.variance_correction else lml
 
@@ -325,7 +335,7 @@ class ExactDBK(Parameterized):
         Returns ``y`` (sampled from the prior predictive when None)."""
         X, y = self._data(X, y)
         bound = self.bind()
-        Phi, noise = bound.net(X), bound.noise
+        Phi, noise = bound._features(X), bound.noise
         if self.variance_correction:
             numpyro.factor(f"{self.name}.trace", -trace_penalty(_sq_norms(Phi), noise))
         return numpyro.sample("y", dist.LowRankMultivariateNormal(jnp.zeros(X.shape[0], Phi.dtype), Phi,
@@ -350,7 +360,7 @@ class ExactDBK(Parameterized):
         def condition(values):
             with handlers.substitute(data=values):
                 bound = self.bind()
-                Phi, noise = bound.net(X), bound.noise
+                Phi, noise = bound._features(X), bound.noise
                 sq = _sq_norms(Phi)
                 M = sq.max() if self.variance_correction else None
                 s = noise + correction(sq, M) if self.variance_correction else noise
@@ -370,7 +380,7 @@ class ExactDBK(Parameterized):
 
         def moments(Xb, batch, values, cache):
             with handlers.substitute(data=values):
-                Phi = self.bind().net(Xb)
+                Phi = self.bind()._features(Xb)
             Phi64 = Phi.astype(cache["R"].dtype)  # the cached posterior of w is float64
             var = (solve_lower(cache["R"], Phi64.T) ** 2).sum(-2).astype(Phi.dtype)
             if self.variance_correction:
@@ -413,6 +423,8 @@ class SVDBK(GPPrior):
         net: an equinox module ``(N, D) -> (N, r)`` with integer attributes ``input_dim`` and
             ``rank`` (:class:`MLP`, :class:`ResNet`); its parameters are ``<name>.net$params``;
             ``q`` follows its dtype.
+        variance: initial kernel variance ``v`` in ``phi(x) = sqrt(v) net(x)`` (positive; see
+            :class:`ExactDBK` for why the scale is a parameter of its own).
         variance_correction: add ``c(x)`` (False: the "-c" ablation).
         diagonal: mean-field ``q_sqrt`` ``(r,)`` instead of a full factor ``(r, r)``.
         name: prefix of the parameter and site names.
@@ -420,14 +432,15 @@ class SVDBK(GPPrior):
     ``q`` starts at the prior (``q_mu = 0``, ``q_sqrt = I``).
     """
 
-    def __init__(self, net, *, variance_correction=True, diagonal=False, name="gp"):
+    def __init__(self, net, *, variance=1.0, variance_correction=True, diagonal=False, name="gp"):
         super().__init__(name)
         self.variance_correction = common.check_flag(variance_correction, "variance_correction")
         self.net = _check_net(net)
-        q_mu, q_sqrt, constraint = variational.init_q(net.rank, (), common.check_flag(diagonal, "diagonal"),
-                                                      _first_array(net))
+        like = _first_array(net)
+        q_mu, q_sqrt, constraint = variational.init_q(net.rank, (), common.check_flag(diagonal, "diagonal"), like)
         self._param("q_mu", q_mu)
         self._param("q_sqrt", q_sqrt, constraint)
+        self._param("variance", checks.positive(variance, "variance", like=like), constraints.positive)
         self.max_sq_norm = None
 
     @property
@@ -497,12 +510,12 @@ class SVDBKPosterior:
     """``q(f)`` of a bound :class:`SVDBK`."""
 
     def __init__(self, prior):
-        self.net, self.q_mu, self.q_sqrt = prior.net, prior.q_mu, prior.q_sqrt
+        self.net, self.variance, self.q_mu, self.q_sqrt = prior.net, prior.variance, prior.q_mu, prior.q_sqrt
         self.variance_correction, self.max_sq_norm = prior.variance_correction, prior.max_sq_norm
 
     def features(self, X):
-        """``Phi = phi(X)``: ``(N, r)``."""
-        return self.net(X.astype(self.q_mu.dtype))
+        """``Phi = phi(X) = sqrt(variance) net(X)``: ``(N, r)``."""
+        return _scaled(self.net, self.variance, X.astype(self.q_mu.dtype))
 
     def kl(self):
         return variational.kl(self.q_mu, self.q_sqrt)

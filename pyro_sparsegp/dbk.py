@@ -1,5 +1,7 @@
 """Deep basis kernels (Zhu, Yuchi & Xie, 2025): ``k(x, x') = phi(x)^T phi(x')`` with a network
 ``phi: R^D -> R^r``, i.e. the Bayesian last layer ``f(x) = w^T phi(x)``, ``w ~ N(0, I_r)``.
+Here ``phi(x) = sqrt(variance) net(x)``: a learnable kernel variance carries the overall scale
+(see :class:`ExactDBK`), and every formula below reads the scaled features.
 
 * :class:`ExactDBK`: exact GP regression with ``w`` integrated out; the log marginal likelihood,
   its gradient (autograd) and the predictive cost O(N r^2) time and O(N r) memory.
@@ -62,16 +64,6 @@ def _seeded(seed):
         yield
 
 
-def _head(hidden, rank, dtype, output_scale):
-    """The output layer, its default initialisation scaled by ``output_scale``."""
-    scale = common.check_output_scale(output_scale)
-    head = torch.nn.Linear(hidden, rank, dtype=dtype)
-    with torch.no_grad():
-        head.weight.mul_(scale)
-        head.bias.mul_(scale)
-    return head
-
-
 class MLP(torch.nn.Module):
     """Basis network ``phi(x) = W_out h_depth + b_out``, ``h_k = tanh(W_k h_{k-1} + b_k)``, ``h_0 = x``.
 
@@ -82,21 +74,17 @@ class MLP(torch.nn.Module):
         depth: hidden layers.
         dtype: parameter dtype (torch's default when None).
         seed: seeds the (torch default) initialisation.
-        output_scale: multiplies the head's initial weights and bias, so the initial prior
-            variance ``|phi(x)|^2`` scales by its square (the default initialisation with r = 128
-            gives 10-30 on inputs in [-1, 1]; the corrected objective trains faster from about 1).
 
     Maps inputs ``(N, D)`` to features ``(N, r)``.
     """
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
-                 output_scale=1.0):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
         super().__init__()
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         sizes = [self.input_dim] + [hidden] * depth
         with _seeded(seed):
             self.hidden = torch.nn.ModuleList(torch.nn.Linear(a, b, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:]))
-            self.head = _head(hidden, self.rank, dtype, output_scale)
+            self.head = torch.nn.Linear(hidden, self.rank, dtype=dtype)
 
     def forward(self, X):
         h = X
@@ -112,14 +100,13 @@ class ResNet(torch.nn.Module):
     Args: as for :class:`MLP` (``depth`` counts residual blocks).
     """
 
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None,
-                 output_scale=1.0):
+    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
         super().__init__()
         self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
         with _seeded(seed):
             self.input = torch.nn.Linear(self.input_dim, hidden, dtype=dtype)
             self.blocks = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden, dtype=dtype) for _ in range(depth))
-            self.head = _head(hidden, self.rank, dtype, output_scale)
+            self.head = torch.nn.Linear(hidden, self.rank, dtype=dtype)
 
     def forward(self, X):
         h = self.input(X)
@@ -178,19 +165,22 @@ def _blocks(n):
     return (slice(s, min(s + MOMENT_CHUNK, n)) for s in range(0, n, MOMENT_CHUNK))
 
 
-def _stats(Phi, y, noise):
-    """The sufficient statistics of every formula below, in float64: ``G = Phi^T S^-1 Phi``,
-    ``b = Phi^T S^-1 y``, ``y^T S^-1 y``, ``log|S|``, and ``|phi_n|^2`` ``(N,)`` in the dtype of
-    ``Phi``. With a scalar noise the r x r products are divided, not Phi."""
+def _stats(Phi, y, noise, variance=None):
+    """The sufficient statistics of every formula below for the features ``Psi = sqrt(v) Phi``
+    (``v = variance``, 1 when None), in float64: ``G = Psi^T S^-1 Psi``, ``b = Psi^T S^-1 y``,
+    ``y^T S^-1 y``, ``log|S|``, and ``|psi_n|^2`` ``(N,)`` in the dtype of ``Phi``. The r x r
+    products are scaled, not Phi (and with a scalar noise not divided either)."""
     noise = torch.as_tensor(noise, dtype=torch.float64, device=Phi.device)
+    v = noise.new_ones(()) if variance is None else variance.to(torch.float64)
     if noise.dim() == 0:
         gram, b, sq = _Moments.apply(Phi, y)
         yy = (y.to(torch.float64) ** 2).sum()
-        return gram / noise, b / noise, yy / noise, Phi.shape[0] * torch.log(noise), sq
+        return gram * (v / noise), b * (v.sqrt() / noise), yy / noise, Phi.shape[0] * torch.log(noise), sq * v.to(sq.dtype)
     s = noise.expand(Phi.shape[:1])
     w = s.rsqrt()
     gram, b, sq = _Moments.apply(Phi * w.to(Phi.dtype).unsqueeze(-1), y * w.to(y.dtype))
-    return gram, b, ((y.to(torch.float64) * w) ** 2).sum(), torch.log(s).sum(), sq * s.to(sq.dtype)
+    return (gram * v, b * v.sqrt(), ((y.to(torch.float64) * w) ** 2).sum(), torch.log(s).sum(),
+            sq * (s * v).to(sq.dtype))
 
 
 def _posterior64(gram, b):
@@ -256,6 +246,10 @@ def _sq_norms(Phi):
     return (Phi**2).sum(-1)
 
 
+def _scaled(net, variance, X):
+    return net(X) * variance.sqrt()
+
+
 def _register(net):
     """Check the network and convert it in place to a PyroModule, so its parameters are Pyro params."""
     if not isinstance(net, torch.nn.Module):
@@ -290,23 +284,35 @@ class ExactDBK(Parameterized):
             ``rank`` (:class:`MLP`, :class:`ResNet`); converted in place to a PyroModule, its
             parameters are ``<name>.net.*`` in Pyro's param store.
         noise: initial noise variance ``sigma^2`` (constrained above 1e-6).
+        variance: initial kernel variance ``v`` in ``phi(x) = sqrt(v) net(x)`` (positive).
         variance_correction: the paper's correction (trace term in training, eq. 12 in
             prediction); False is the "-c" ablation.
         name: prefix of the parameter and site names.
+
+    The kernel variance adds nothing the network's last layer could not express, but it keeps
+    the optimiser stable: the corrected objective drives ``|phi|^2`` far below the variance of
+    the targets, and when the last layer's weights carry that scale alone, Adam's steps of a
+    fixed size per weight change it by large relative amounts and training diverges.
+    Start ``net`` at its default initialisation and give the initial scale here.
     """
 
-    def __init__(self, net, noise=common.NOISE_INIT, variance_correction=True, name="dbk"):
+    def __init__(self, net, noise=common.NOISE_INIT, variance=1.0, variance_correction=True, name="dbk"):
         super().__init__(name)
         self.variance_correction = common.check_flag(variance_correction, "variance_correction")
         self.net = _register(net)
         like = next(net.parameters())
         self._param("noise", torch.tensor(common.check_noise(noise), dtype=like.dtype, device=like.device),
                     constraints.greater_than(common.NOISE_LOWER_BOUND))
+        self._param("variance", checks.positive(variance, "variance", like=like), constraints.positive)
         self.cache = None
 
     @property
     def input_dim(self):
         return self.net.input_dim
+
+    def _features(self, X):
+        """``Phi = sqrt(variance) net(X)``: ``(N, r)``."""
+        return _scaled(self.net, self.variance, X)
 
     def _data(self, X, y):
         X = checks.inputs(X, "X", self.input_dim).to(self.noise)
@@ -318,14 +324,14 @@ class ExactDBK(Parameterized):
     def log_marginal_likelihood(self, X, y):
         """``log p(y)`` of eq. 5 (no correction), differentiable: a scalar."""
         X, y = self._data(X, y)
-        return lowrank_lml(self.net(X), y, self.noise)
+        return lowrank_lml(self._features(X), y, self.noise)
 
     @pyro_method
     def objective(self, X, y):
         """The training objective: ``log p(y)``, less ``tr(C) / (2 sigma^2)`` with correction."""
         X, y = self._data(X, y)
         noise = self.noise
-        *moments, sq = _stats(self.net(X), y, noise)
+        *moments, sq = _stats(self.net(X), y, noise, self.variance)  # Phi is not scaled: the moments are
         lml = _lml(*moments, X.shape[0]).to(noise.dtype)
         return lml - trace_penalty(sq, noise) if self.variance_correction else lml
 
@@ -334,7 +340,7 @@ class ExactDBK(Parameterized):
         """Args: X ``(N, D)`` and y ``(N,)`` (the full data: the likelihood does not factorise).
         Returns ``y`` (sampled from the prior predictive when None)."""
         X, y = self._data(X, y)
-        Phi, noise = self.net(X), self.noise
+        Phi, noise = self._features(X), self.noise
         if self.variance_correction:
             pyro.factor(f"{self.name}.trace", -trace_penalty(_sq_norms(Phi), noise))
         return pyro.sample("y", dist.LowRankMultivariateNormal(Phi.new_zeros(X.shape[0]), Phi, noise.expand(X.shape[:1])),
@@ -356,7 +362,7 @@ class ExactDBK(Parameterized):
         """
         X, y = self._data(X, y)
         with predict._evaluating(self, params):
-            Phi, noise = self.net(X), self.noise
+            Phi, noise = self._features(X), self.noise
             sq = _sq_norms(Phi)
             M = sq.max() if self.variance_correction else None
             s = noise + correction(sq, M) if self.variance_correction else noise
@@ -372,11 +378,11 @@ class ExactDBK(Parameterized):
             raise ValueError("call calibrate(X_train, y_train) before predicting")
         X = checks.inputs(X, "X", self.input_dim).to(self.noise)
         cache, means, variances = self.cache, [], []
-        if params is not None:  # only the network's: substitute warns about names it does not use
-            params = {k: v for k, v in params.items() if k.startswith(f"{self.name}.net.")}
+        if params is not None:  # only the features': substitute warns about names it does not use
+            params = {k: v for k, v in params.items() if k.startswith(f"{self.name}.net.") or k == f"{self.name}.variance"}
         with predict._evaluating(self, params):
             for Xb in _batches(X, batch_size):
-                Phi = self.net(Xb)
+                Phi = self._features(Xb)
                 Phi64 = Phi.to(torch.float64)  # the cached posterior of w is float64
                 means.append((Phi64 @ cache["mean"]).to(Phi.dtype))
                 var = (solve_lower(cache["R"], Phi64.transpose(-1, -2)) ** 2).sum(-2).to(Phi.dtype)
@@ -419,6 +425,8 @@ class SVDBK(GPPrior):
         net: a ``torch.nn.Module`` ``(N, D) -> (N, r)`` with integer attributes ``input_dim`` and
             ``rank`` (:class:`MLP`, :class:`ResNet`); converted in place to a PyroModule, its
             parameters are ``<name>.net.*``; ``q`` follows its dtype and device.
+        variance: initial kernel variance ``v`` in ``phi(x) = sqrt(v) net(x)`` (positive; see
+            :class:`ExactDBK` for why the scale is a parameter of its own).
         variance_correction: add ``c(x)`` (False: the "-c" ablation).
         diagonal: mean-field ``q_sqrt`` ``(r,)`` instead of a full factor ``(r, r)``.
         name: prefix of the parameter and site names.
@@ -426,14 +434,15 @@ class SVDBK(GPPrior):
     ``q`` starts at the prior (``q_mu = 0``, ``q_sqrt = I``).
     """
 
-    def __init__(self, net, *, variance_correction=True, diagonal=False, name="gp"):
+    def __init__(self, net, *, variance=1.0, variance_correction=True, diagonal=False, name="gp"):
         super().__init__(name)
         self.variance_correction = common.check_flag(variance_correction, "variance_correction")
         self.net = _register(net)
-        q_mu, q_sqrt, constraint = variational.init_q(net.rank, (), common.check_flag(diagonal, "diagonal"),
-                                                      next(net.parameters()))
+        like = next(net.parameters())
+        q_mu, q_sqrt, constraint = variational.init_q(net.rank, (), common.check_flag(diagonal, "diagonal"), like)
         self._param("q_mu", q_mu)
         self._param("q_sqrt", q_sqrt, constraint)
+        self._param("variance", checks.positive(variance, "variance", like=like), constraints.positive)
         self.max_sq_norm = None
 
     @property
@@ -500,12 +509,12 @@ class SVDBKPosterior:
     """``q(f)`` of an :class:`SVDBK` with its parameters read once."""
 
     def __init__(self, prior):
-        self.net, self.q_mu, self.q_sqrt = prior.net, prior.q_mu, prior.q_sqrt
+        self.net, self.variance, self.q_mu, self.q_sqrt = prior.net, prior.variance, prior.q_mu, prior.q_sqrt
         self.variance_correction, self.max_sq_norm = prior.variance_correction, prior.max_sq_norm
 
     def features(self, X):
-        """``Phi = phi(X)``: ``(N, r)``."""
-        return self.net(X.to(self.q_mu))
+        """``Phi = phi(X) = sqrt(variance) net(X)``: ``(N, r)``."""
+        return _scaled(self.net, self.variance, X.to(self.q_mu))
 
     def kl(self):
         return variational.kl(self.q_mu, self.q_sqrt)

@@ -20,15 +20,6 @@ def check_network(input_dim, rank, hidden, depth):
             positive_int(depth, "depth"))
 
 
-def check_output_scale(value):
-    """The networks' ``output_scale``: a positive finite number."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        raise TypeError(f"output_scale must be a finite number, got {value!r}")
-    if not value > 0:
-        raise ValueError(f"output_scale must be positive, got {value}")
-    return float(value)
-
-
 def check_flag(value, name):
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {value!r}")

@@ -132,18 +132,56 @@ def test_networks_compute_their_formulas(backend, rng, arch):
 
 
 
-@pytest.mark.parametrize("arch", ["MLP", "ResNet"])
-def test_output_scale_scales_the_initial_features(backend, rng, arch):
-    cls = getattr(dbk(backend), arch)
-    X = rng.uniform(-1, 1, size=(9, 4))
-    base = feats(backend, cls(4, rank=5, hidden=7, dtype=f64(backend), seed=3), X)
-    scaled = feats(backend, cls(4, rank=5, hidden=7, dtype=f64(backend), seed=3, output_scale=0.25), X)
-    np.testing.assert_allclose(scaled, 0.25 * base, rtol=1e-13)
-    assert np.abs(base).max() > 0.1
-    with pytest.raises(ValueError, match="output_scale"):
-        cls(4, output_scale=0.0)
-    with pytest.raises(TypeError, match="output_scale"):
-        cls(4, output_scale="big")
+def test_kernel_variance_scales_the_features_and_is_learned(backend, rng):
+    """``variance`` v: phi = sqrt(v) net, in every formula of both models, and a parameter of its own."""
+    weights = random_weights(rng, "resnet", D=2, r=3)
+    X, y = rng.normal(size=(10, 2)), rng.normal(size=10)
+    Phi = np.sqrt(0.3) * np_features("resnet", weights, X)
+    model = exact(backend, weights, "resnet", variance=0.3)
+    expected = ref.exact_lml(Phi @ Phi.T, y, NOISE) - corrected(Phi).sum() / (2 * NOISE)
+    assert scalar(backend, model.objective(backend.array(X), backend.array(y))) == pytest.approx(expected, rel=1e-10)
+    prior = svdbk(backend, weights, "resnet", variance=0.3)
+    M = prior.calibrate(backend.array(X))
+    assert M == pytest.approx((Phi**2).sum(-1).max(), rel=1e-12)
+    np.testing.assert_allclose(backend.numpy(prior.prior_variance(backend.array(X))), np.full(10, M), rtol=1e-12)
+    # d objective / d variance against central differences of the dense reference
+    def reference(v):
+        P = np.sqrt(v) * np_features("resnet", weights, X)
+        return ref.exact_lml(P @ P.T, y, NOISE) - corrected(P).sum() / (2 * NOISE)
+
+    expected = (reference(0.3 * (1 + 1e-6)) - reference(0.3 * (1 - 1e-6))) / (0.6e-6)
+    assert objective_gradient(backend, model, X, y, "dbk.variance", 0.3) == pytest.approx(expected, rel=1e-6)
+    result = backend.lib.fit(model.model, model.guide, (backend.array(X), backend.array(y)), num_steps=3, lr=0.01,
+                             progress=False)
+    assert scalar(backend, result.params["dbk.variance"]) != pytest.approx(0.3, rel=1e-4)
+    backend.reset()
+    for bad, error in ((0.0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), ("big", TypeError)):
+        with pytest.raises(error, match="variance"):
+            dbk(backend).SVDBK(dbk(backend).MLP(2, rank=3), variance=bad, name="bad")
+
+
+def objective_gradient(backend, model, X, y, name, value):
+    """d model.objective(X, y) / d ``name`` at ``value``, for a positive parameter ``name``."""
+    if backend.name == "pyro":
+        import pyro
+        import torch
+
+        store = pyro.get_param_store()
+        model.objective(backend.array(X), backend.array(y))
+        store[name] = torch.tensor(value, dtype=torch.float64)
+        model.objective(backend.array(X), backend.array(y))  # the module adopts the store's new tensor
+        log_value = store.get_param(name).unconstrained()  # value = exp(log_value)
+        objective = model.objective(backend.array(X), backend.array(y))
+        return float(torch.autograd.grad(objective, log_value)[0]) / value
+    import jax
+    from numpyro import handlers
+
+    def objective(v):
+        with handlers.substitute(data={name: v}):
+            return model.objective(backend.array(X), backend.array(y))
+
+    return float(jax.grad(objective)(backend.array(value)))
+
 
 # ---------------------------------------------------------------- 1.-3. exact low-rank algebra
 
@@ -189,8 +227,8 @@ def test_lml_at_the_noise_bound_with_a_well_fit_target(backend, rng):
 def test_pyro_blocked_moments_value_and_gradient(rng, monkeypatch, heteroscedastic):
     """The Pyro LML accumulates Phi^T Phi, Phi^T y and |phi_n|^2 over blocks of rows with its own
     backward pass: blocks of 4 rows (the last one short) against the dense LML, torch's gradcheck
-    of the blocked function, and the corrected objective's gradient against autograd of the
-    direct formula."""
+    of the blocked function, and the corrected objective's gradient (with a kernel variance that
+    scales the moments, not Phi) against autograd of the direct formula."""
     import torch
 
     from pyro_sparsegp import dbk as lib
@@ -205,11 +243,13 @@ def test_pyro_blocked_moments_value_and_gradient(rng, monkeypatch, heteroscedast
     assert torch.autograd.gradcheck(lambda P, t: lib._Moments.apply(P, t), (P, t))
     assert torch.autograd.gradcheck(lambda P, t, s: lib.lowrank_lml(P, t, s), (P, t, s))
     # the trace penalty takes |phi_n|^2 from the same pass: compare with the direct formula
-    *moments, sq = lib._stats(P, t, s)
+    v = torch.tensor(0.6, dtype=torch.float64, requires_grad=True)
+    *moments, sq = lib._stats(P, t, s, v)
     value = lib._lml(*moments, n) - lib.trace_penalty(sq, 0.07)
-    direct = lib.lowrank_lml(P, t, s) - lib.trace_penalty((P**2).sum(-1), 0.07)
-    grads = torch.autograd.grad(value, (P, t, s))
-    for got, want in zip(grads, torch.autograd.grad(direct, (P, t, s))):
+    direct = lib.lowrank_lml(P * v.sqrt(), t, s) - lib.trace_penalty(((P * v.sqrt()) ** 2).sum(-1), 0.07)
+    assert float(value) == pytest.approx(float(direct), rel=1e-12)
+    grads = torch.autograd.grad(value, (P, t, s, v))
+    for got, want in zip(grads, torch.autograd.grad(direct, (P, t, s, v))):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
 
 
@@ -232,16 +272,16 @@ def test_gradient_matches_the_closed_form(backend, rng):
 # ---------------------------------------------------------------- exact DBK: objective, trace bound, predictive
 
 
-@pytest.mark.parametrize("arch", ["mlp", "resnet"])
-def test_exact_dbk_objective_and_model_loss(backend, rng, arch):
+@pytest.mark.parametrize("arch, variance", [("mlp", 1.0), ("resnet", 1.0), ("resnet", 0.3)])
+def test_exact_dbk_objective_and_model_loss(backend, rng, arch, variance):
     weights = random_weights(rng, arch, D=2, r=4)
     X, y = rng.normal(size=(15, 2)), rng.normal(size=15)
-    Phi = np_features(arch, weights, X)
+    Phi = np.sqrt(variance) * np_features(arch, weights, X)
     lml = ref.exact_lml(Phi @ Phi.T, y, NOISE)
     trace = corrected(Phi).sum() / (2 * NOISE)
     for correction in (True, False):
         backend.reset()
-        model = exact(backend, weights, arch, variance_correction=correction)
+        model = exact(backend, weights, arch, variance=variance, variance_correction=correction)
         Xa, ya = backend.array(X), backend.array(y)
         assert scalar(backend, model.log_marginal_likelihood(Xa, ya)) == pytest.approx(lml, rel=1e-10)
         expected = lml - trace if correction else lml
@@ -274,17 +314,18 @@ def test_trace_bound_and_trace_term(backend, rng):
     assert np.all(backend.numpy(lib.correction(sq)) >= 0)
 
 
-@pytest.mark.parametrize("arch", ["mlp", "resnet"])
-def test_exact_predictive_equals_dense_computation(backend, rng, arch):
+@pytest.mark.parametrize("arch, variance", [("mlp", 1.0), ("resnet", 1.0), ("resnet", 2.5)])
+def test_exact_predictive_equals_dense_computation(backend, rng, arch, variance):
     """Eq. 6 without, eq. 12 (D-weighted mean, prior variance max(M, d*)) with correction."""
     weights = random_weights(rng, arch, D=2, r=3)
     X, y, Xs = rng.normal(size=(14, 2)), rng.normal(size=14), rng.normal(size=(6, 2)) * 2
-    Phi, Phis = np_features(arch, weights, X), np_features(arch, weights, Xs)
+    Phi, Phis = (np.sqrt(variance) * np_features(arch, weights, A) for A in (X, Xs))
     c, c_star = corrected(Phi, Phis)
     results = {}
     for correction in (False, True):
         backend.reset()
-        model = exact(backend, weights, arch, variance_correction=correction).calibrate(backend.array(X), backend.array(y))
+        model = exact(backend, weights, arch, variance=variance, variance_correction=correction)
+        model.calibrate(backend.array(X), backend.array(y))
         pred = model.predict_y(backend.array(Xs), quantiles=(0.1, 0.9), batch_size=4)
         mean_f, var_f = (backend.numpy(a) for a in model.predict_f(backend.array(Xs), batch_size=4))
         K, kss = Phi @ Phi.T, (Phis**2).sum(-1)
@@ -303,16 +344,18 @@ def test_exact_predictive_equals_dense_computation(backend, rng, arch):
 # ---------------------------------------------------------------- SVDBK: ELBO, optimum, predictive
 
 
-def test_elbo_is_eq8_and_the_corrected_elbo_subtracts_the_trace_term(backend, rng):
+@pytest.mark.parametrize("variance", [1.0, 0.3])
+def test_elbo_is_eq8_and_the_corrected_elbo_subtracts_the_trace_term(backend, rng, variance):
     weights = random_weights(rng, "mlp", D=2, r=4)
     X, y = rng.normal(size=(12, 2)), rng.normal(size=12)
     m, L = rng.normal(size=4), lower(rng, 4)
-    Phi = np_features("mlp", weights, X)
+    Phi = np.sqrt(variance) * np_features("mlp", weights, X)
     eq8 = ref.dbk_elbo(Phi, y, m, L @ L.T, NOISE)
-    plain = gaussian_model(backend, svdbk(backend, weights, q_mu=m, q_sqrt=L, variance_correction=False, name="plain"))
+    plain = gaussian_model(backend, svdbk(backend, weights, q_mu=m, q_sqrt=L, variance=variance, variance_correction=False,
+                                          name="plain"))
     assert scalar(backend, plain.elbo(backend.array(X), backend.array(y))) == pytest.approx(eq8, rel=1e-10)
     backend.reset()
-    model = gaussian_model(backend, svdbk(backend, weights, q_mu=m, q_sqrt=L))
+    model = gaussian_model(backend, svdbk(backend, weights, q_mu=m, q_sqrt=L, variance=variance))
     value = scalar(backend, model.elbo(backend.array(X), backend.array(y)))
     assert value == pytest.approx(eq8 - corrected(Phi).sum() / (2 * NOISE), rel=1e-10)
     assert -backend.loss(model.model, model.guide, backend.array(X), backend.array(y)) == pytest.approx(value, rel=1e-10)
@@ -616,9 +659,10 @@ def test_pyro_and_numpyro_agree(arch):
         for correction in (True, False):
             backend.reset()
             Xa, ya, Xsa = backend.array(X), backend.array(y), backend.array(Xs)
-            model = exact(backend, weights, arch, variance_correction=correction).calibrate(Xa, ya)
+            model = exact(backend, weights, arch, variance=0.7, variance_correction=correction).calibrate(Xa, ya)
             out += [scalar(backend, model.objective(Xa, ya)), *[backend.numpy(a) for a in model.predict_f(Xsa)]]
-            prior = svdbk(backend, weights, arch, q_mu=m, q_sqrt=L, variance_correction=correction, name="svi")
+            prior = svdbk(backend, weights, arch, q_mu=m, q_sqrt=L, variance=0.7, variance_correction=correction,
+                          name="svi")
             svi = gaussian_model(backend, prior)
             out += [scalar(backend, svi.elbo(Xa, ya)), -backend.loss(svi.model, svi.guide, Xa, ya)]
             prior.calibrate(Xa)
