@@ -20,9 +20,13 @@
   is INIT_PRIOR_SD (the paper does not say; unscaled it is 3-5 here, and the corrected exact DBK
   then trains several times slower; 0.3 was chosen over 1 by validation NLL on pol, seed 0).
   Full mode: 5 seeds; quick mode: 1 seed and budgets cut to a few minutes; the paper's numbers are
-  printed beside ours.
+  printed beside ours. ``python -m benchmarks.dbk cell DATASET MODEL SEED`` runs one model and
+  seed of it (so that cells can run side by side) and ``python -m benchmarks.dbk table`` prints
+  Table 1 from the cells run so far (see :func:`main`).
 """
+import json
 import math
+import sys
 import time
 
 import numpy as np
@@ -220,6 +224,11 @@ class Trained:
                 self.prior.max_sq_norm = None
 
 
+def budget(label, opts):
+    """(max iterations or epochs, evaluate every, patience) of model ``label``."""
+    return opts["exact"] if label.startswith("DBK") else opts["svi"]
+
+
 def train(label, data, seed, budget):
     """Train with early stopping on validation NLL; metrics at the best evaluation."""
     max_rounds, every, patience = budget
@@ -242,25 +251,36 @@ def train(label, data, seed, budget):
     return best
 
 
-def table1(opts):
+def cell(name, label, seed, opts):
+    """One model and seed of Table 1 (a JSON-ready row): the test metrics at the best validation NLL."""
+    data, synthetic = split(name, seed, opts["rows"])
+    return {"suite": "dbk", "part": "cell", "dataset": name, "model": label, "seed": seed, "synthetic": synthetic,
+            "n": len(data["train"][1]), "threads": harness.threads(), "budget": list(budget(label, opts)),
+            **train(label, data, seed, budget(label, opts))}
+
+
+def summarise(cells):
+    """Table 1 rows from cells: mean and standard deviation over the seeds of each dataset and
+    model (the paper's are over 5), its numbers beside ours."""
     rows = []
     for name in PAPER:
-        runs = {label: [] for label in MODELS}
-        synthetic = False
-        for seed in range(opts["seeds"]):
-            data, synthetic = split(name, seed, opts["rows"])
-            for label in MODELS:
-                runs[label].append(train(label, data, seed, opts["exact"] if label.startswith("DBK") else opts["svi"]))
         for label in MODELS:
-            row = {"suite": "dbk", "part": "table1", "dataset": name, "model": label, "synthetic": synthetic,
-                   "n": len(data["train"][1]), "seeds": opts["seeds"], "threads": harness.threads(),
-                   "budget": opts["exact"] if label.startswith("DBK") else opts["svi"]}
+            runs = [c for c in cells if c["dataset"] == name and c["model"] == label]
+            if not runs:
+                continue
+            row = {"suite": "dbk", "part": "table1", "dataset": name, "model": label,
+                   "synthetic": any(c["synthetic"] for c in runs), "n": runs[0]["n"], "seeds": len(runs),
+                   "threads": runs[0]["threads"], "budget": list(runs[0]["budget"])}
             for key in ("mae", "rmse", "nll", "train_seconds", "val_nll"):
-                values = [run[key] for run in runs[label]]
+                values = [run[key] for run in runs]
                 row[key], row[f"{key}_sd"] = float(np.mean(values)), float(np.std(values))
             row["paper_mae"], row["paper_rmse"], row["paper_nll"], row["paper_train_seconds"] = PAPER[name][label]
             rows.append(row)
     return rows
+
+
+def table1(opts):
+    return summarise([cell(name, label, seed, opts) for name in PAPER for seed in range(opts["seeds"]) for label in MODELS])
 
 
 # ---------------------------------------------------------------- tables
@@ -271,10 +291,10 @@ SCALING_COLUMNS = [
     ("GPyTorch exact GP", "seconds_gpytorch", "{:.4f} s"), ("GPyTorch / DBK", "ratio", "{:.1f}"),
 ]
 TABLE1_COLUMNS = [
-    ("dataset", "dataset", "{}"), ("model", "model", "{}"), ("MAE", "mae", "{:.4f}"), ("paper MAE", "paper_mae", "{:.4f}"),
-    ("RMSE", "rmse", "{:.4f}"), ("paper RMSE", "paper_rmse", "{:.4f}"), ("NLL", "nll", "{:.4f}"),
-    ("paper NLL", "paper_nll", "{:.4f}"), ("time", "train_seconds", "{:.1f} s"),
-    ("paper time", "paper_train_seconds", "{:.1f} s"),
+    ("dataset", "dataset", "{}"), ("model", "model", "{}"), ("seeds", "seeds", "{}"), ("MAE", "mae", "{:.4f}"),
+    ("paper MAE", "paper_mae", "{:.4f}"), ("RMSE", "rmse", "{:.4f}"), ("sd", "rmse_sd", "{:.4f}"),
+    ("paper RMSE", "paper_rmse", "{:.4f}"), ("NLL", "nll", "{:.4f}"), ("sd", "nll_sd", "{:.4f}"),
+    ("paper NLL", "paper_nll", "{:.4f}"), ("time", "train_seconds", "{:.1f} s"), ("paper time", "paper_train_seconds", "{:.1f} s"),
 ]
 COLUMNS = [("part", "part", "{}")] + TABLE1_COLUMNS[:2] + SCALING_COLUMNS + TABLE1_COLUMNS[2:]
 
@@ -283,22 +303,70 @@ def title(rows):
     return f"dbk: exact DBK scaling and Table 1 (pol, protein), {rows[0]['threads']} threads"
 
 
+def table1_table(table_rows):
+    """(title, columns, rows) of the Table 1 part."""
+    budgets = {kind: next((tuple(r["budget"]) for r in table_rows if r["model"].startswith("DBK") == exact), None)
+               for kind, exact in (("exact", True), ("SVI", False))}
+    return (f"dbk Table 1: test metrics on standardised targets at the best validation NLL, mean and sd over seeds "
+            f"(max iterations / epochs, evaluate every, patience: exact {budgets['exact']}, SVI {budgets['SVI']}), "
+            "the paper's numbers beside ours", TABLE1_COLUMNS, table_rows)
+
+
 def tables(rows):
     scaling_rows = [r for r in rows if r["part"] == "scaling"]
-    table_rows = [r for r in rows if r["part"] == "table1"]
     first = scaling_rows[0]
-    seeds = table_rows[0]["seeds"]
-    budget = {kind: next(r["budget"] for r in table_rows if r["model"].startswith("DBK") == exact)
-              for kind, exact in (("exact", True), ("SVI", False))}
     return [
         (f"dbk scaling: median seconds for the exact DBK objective + gradient on the step function, r = {first['rank']}, "
          f"{first['dtype']}, {first['threads']} threads, medians of {first['repeats']} blocks", SCALING_COLUMNS, scaling_rows),
-        (f"dbk Table 1: test metrics on standardised targets at the best validation NLL, mean of {seeds} seed(s) "
-         f"(max iterations / epochs, evaluate every, patience: exact {budget['exact']}, SVI {budget['SVI']}), "
-         "the paper's numbers beside ours", TABLE1_COLUMNS, table_rows),
+        table1_table([r for r in rows if r["part"] == "table1"]),
     ]
 
 
 def run(quick):
     opts = settings(quick)
     return scaling(opts) + table1(opts)
+
+
+# ---------------------------------------------------------------- Table 1 one cell at a time
+
+CELLS = harness.REPO / "outputs" / "benchmarks" / "dbk_cells.jsonl"
+
+
+def main(argv=None):
+    """``python -m benchmarks.dbk cell DATASET MODEL SEED [--quick] [--threads N] [--out PATH]``
+    trains one model of Table 1 for one seed and appends its row (a JSON line) to PATH;
+    ``python -m benchmarks.dbk table [--out PATH]`` prints Table 1 from the rows in PATH (the last
+    one of each dataset, model and seed). The cells are the full suite's Table 1 in parts that can
+    run side by side."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dbk", description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    one = commands.add_parser("cell", help="train one model for one seed")
+    one.add_argument("dataset", choices=sorted(PAPER))
+    one.add_argument("model", choices=MODELS)
+    one.add_argument("seed", type=int)
+    one.add_argument("--quick", action="store_true", help="the quick budgets")
+    one.add_argument("--threads", type=int, default=1, help="threads for torch (default 1)")
+    one.add_argument("--out", default=str(CELLS))
+    table = commands.add_parser("table", help="Table 1 from the cells")
+    table.add_argument("--out", default=str(CELLS))
+    args = parser.parse_args(argv)
+    if args.command == "table":
+        with open(args.out) as f:
+            rows = [json.loads(line) for line in f]
+        latest = {(r["dataset"], r["model"], r["seed"]): r for r in rows if r.get("part") == "cell"}
+        title, columns, table_rows = table1_table(summarise(list(latest.values())))
+        print(harness.markdown_table(columns, table_rows, title=title))
+        return
+    if args.threads < 1:
+        parser.error(f"--threads must be a positive integer, got {args.threads}")
+    harness.pin_threads(args.threads)
+    row = cell(args.dataset, args.model, args.seed, settings(args.quick))
+    command = " ".join(["python", "-m", "benchmarks.dbk", *(sys.argv[1:] if argv is None else argv)])
+    harness.write_jsonl(args.out, [row], {**harness.environment(), "quick": args.quick, "command": command})
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,10 @@
 """The ``dbk`` benchmark suite runs end to end in its tiny mode (``SPARSEGP_BENCH_TINY=1``)."""
+import json
 import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,3 +35,27 @@ def test_dbk_tiny(monkeypatch):
         text = harness.markdown_table(columns, table_rows, title=title)
         assert text.count("\n|") == len(table_rows) + 2  # header, separator, rows
     assert "| table1 | pol | DBK |" in harness.markdown_table(suite.COLUMNS, rows, title=suite.title(rows))
+
+
+@pytest.mark.slow
+def test_dbk_cells_and_their_table(monkeypatch, tmp_path, capsys):
+    """``python -m benchmarks.dbk cell ...`` appends one row per run; ``table`` keeps the last row of
+    each dataset, model and seed and prints Table 1 from them."""
+    monkeypatch.setenv("SPARSEGP_BENCH_TINY", "1")
+    monkeypatch.setattr(harness, "pin_threads", lambda n: n)  # leave this test process as it is
+    import benchmarks.dbk as suite
+
+    out = str(tmp_path / "cells.jsonl")
+    for args in (["pol", "DBK", "0"], ["pol", "DBK", "1"], ["pol", "SVDBK", "0"], ["pol", "DBK", "1"]):
+        suite.main(["cell", *args, "--out", out])
+    rows = [json.loads(line) for line in open(out)]
+    assert len(rows) == 4 and rows[0]["command"] == f"python -m benchmarks.dbk cell pol DBK 0 --out {out}"
+    assert all(math.isfinite(r["rmse"]) and r["part"] == "cell" for r in rows)
+    capsys.readouterr()
+    suite.main(["table", "--out", out])
+    table = capsys.readouterr().out
+    dbk = [line for line in table.splitlines() if line.startswith("| pol | DBK |")]
+    assert len(dbk) == 1 and dbk[0].split("|")[3].strip() == "2"  # seeds 0 and 1, the repeated cell once
+    mean = np.mean([rows[0]["rmse"], rows[3]["rmse"]])
+    assert f"{mean:.4f}" in dbk[0]
+    assert "| pol | SVDBK | 1 |" in table and "protein" not in table
