@@ -361,7 +361,9 @@ def main(argv=None):
         return
     if args.threads < 1:
         parser.error(f"--threads must be a positive integer, got {args.threads}")
-    harness.pin_threads(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)  # not harness.pin_threads: cells side by side need different CPUs
     row = cell(args.dataset, args.model, args.seed, settings(args.quick))
     command = " ".join(["python", "-m", "benchmarks.dbk", *(sys.argv[1:] if argv is None else argv)])
     harness.write_jsonl(args.out, [row], {**harness.environment(), "quick": args.quick, "command": command})

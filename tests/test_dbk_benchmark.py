@@ -41,13 +41,18 @@ def test_dbk_tiny(monkeypatch):
 def test_dbk_cells_and_their_table(monkeypatch, tmp_path, capsys):
     """``python -m benchmarks.dbk cell ...`` appends one row per run; ``table`` keeps the last row of
     each dataset, model and seed and prints Table 1 from them."""
+    import torch
+
     monkeypatch.setenv("SPARSEGP_BENCH_TINY", "1")
-    monkeypatch.setattr(harness, "pin_threads", lambda n: n)  # leave this test process as it is
     import benchmarks.dbk as suite
 
-    out = str(tmp_path / "cells.jsonl")
-    for args in (["pol", "DBK", "0"], ["pol", "DBK", "1"], ["pol", "SVDBK", "0"], ["pol", "DBK", "1"]):
-        suite.main(["cell", *args, "--out", out])
+    out, threads = str(tmp_path / "cells.jsonl"), torch.get_num_threads()
+    try:
+        for args in (["pol", "DBK", "0"], ["pol", "DBK", "1"], ["pol", "SVDBK", "0"], ["pol", "DBK", "1"]):
+            suite.main(["cell", *args, "--out", out])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     rows = [json.loads(line) for line in open(out)]
     assert len(rows) == 4 and rows[0]["command"] == f"python -m benchmarks.dbk cell pol DBK 0 --out {out}"
     assert all(math.isfinite(r["rmse"]) and r["part"] == "cell" for r in rows)
