@@ -229,8 +229,9 @@ def budget(label, opts):
     return opts["exact"] if label.startswith("DBK") else opts["svi"]
 
 
-def train(label, data, seed, budget):
-    """Train with early stopping on validation NLL; metrics at the best evaluation."""
+def train(label, data, seed, budget, log=None):
+    """Train with early stopping on validation NLL; metrics at the best evaluation. ``log(text)``,
+    when given, receives a line per evaluation."""
     max_rounds, every, patience = budget
     trained = Trained(label, data, seed)
     best, best_round, elapsed = None, 0, 0.0
@@ -246,17 +247,20 @@ def train(label, data, seed, budget):
             best = {"val_nll": val, **metrics(*trained.evaluate(data["test"][0]), data["test"][1]), "train_seconds": elapsed,
                     "rounds": round_}
             best_round = round_
-        elif round_ - best_round >= patience:
+        if log is not None:
+            log(f"{label} {round_}/{max_rounds}: validation NLL {val:.4f}, best {best['val_nll']:.4f} at {best_round} "
+                f"(test RMSE {best['rmse']:.4f}), {elapsed:.0f} s")
+        if round_ - best_round >= patience:
             break
     return best
 
 
-def cell(name, label, seed, opts):
+def cell(name, label, seed, opts, log=None):
     """One model and seed of Table 1 (a JSON-ready row): the test metrics at the best validation NLL."""
     data, synthetic = split(name, seed, opts["rows"])
     return {"suite": "dbk", "part": "cell", "dataset": name, "model": label, "seed": seed, "synthetic": synthetic,
             "n": len(data["train"][1]), "threads": harness.threads(), "budget": list(budget(label, opts)),
-            **train(label, data, seed, budget(label, opts))}
+            **train(label, data, seed, budget(label, opts), log)}
 
 
 def summarise(cells):
@@ -364,7 +368,7 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(args.threads)  # not harness.pin_threads: cells side by side need different CPUs
-    row = cell(args.dataset, args.model, args.seed, settings(args.quick))
+    row = cell(args.dataset, args.model, args.seed, settings(args.quick), log=lambda text: print(text, file=sys.stderr, flush=True))
     command = " ".join(["python", "-m", "benchmarks.dbk", *(sys.argv[1:] if argv is None else argv)])
     harness.write_jsonl(args.out, [row], {**harness.environment(), "quick": args.quick, "command": command})
     print(json.dumps(row))

@@ -56,7 +56,7 @@ def test_dbk_cells_and_their_table(monkeypatch, tmp_path, capsys):
     rows = [json.loads(line) for line in open(out)]
     assert len(rows) == 4 and rows[0]["command"] == f"python -m benchmarks.dbk cell pol DBK 0 --out {out}"
     assert all(math.isfinite(r["rmse"]) and r["part"] == "cell" for r in rows)
-    capsys.readouterr()
+    assert "DBK 10/10: validation NLL" in capsys.readouterr().err  # a line per evaluation
     suite.main(["table", "--out", out])
     table = capsys.readouterr().out
     dbk = [line for line in table.splitlines() if line.startswith("| pol | DBK |")]
