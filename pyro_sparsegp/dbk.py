@@ -289,11 +289,8 @@ class ExactDBK(Parameterized):
             prediction); False is the "-c" ablation.
         name: prefix of the parameter and site names.
 
-    The kernel variance adds nothing the network's last layer could not express, but it keeps
-    the optimiser stable: the corrected objective drives ``|phi|^2`` far below the variance of
-    the targets, and when the last layer's weights carry that scale alone, Adam's steps of a
-    fixed size per weight change it by large relative amounts and training diverges.
-    Start ``net`` at its default initialisation and give the initial scale here.
+    The kernel variance carries the scale of ``phi``, which Adam cannot move stably through the
+    last layer's weights alone (docs/usage.md); keep ``net`` at its default initialisation.
     """
 
     def __init__(self, net, noise=common.NOISE_INIT, variance=1.0, variance_correction=True, name="dbk"):
