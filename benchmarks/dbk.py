@@ -3,7 +3,8 @@
 * Scaling: seconds for the exact DBK objective (log marginal likelihood and trace term) plus its
   gradient on the 1-D step function (paper section 4.1), r = 128, a 2 x 128 tanh MLP, float32, at
   n = 1e4, 1e5, 1e6; ``per point`` is seconds / n relative to the smallest n (1 = linear), beside
-  GPyTorch's exact GP (RBF, ``ExactMarginalLogLikelihood``, its default CG solver) at n = 1e4.
+  GPyTorch's exact GP (RBF, ``ExactMarginalLogLikelihood``, its default CG solver) at n = 1e4,
+  with glibc's malloc keeping freed memory (:func:`harness.retain_freed_memory`).
 * Table 1 on pol and protein with the paper's protocol: a random 70/10/20 split per seed of all
   rows, inputs scaled to [-1, 1] and targets standardised with the training rows' statistics,
   Adam (lr 1e-3, weight decay 1e-4 on the network only), a 2-block 128-unit tanh ResNet with
@@ -69,6 +70,7 @@ def scaling(opts):
     from pyro_sparsegp.dbk import MLP, ExactDBK
     from sparsegp_common.dbk import step_data
 
+    malloc = "freed memory retained" if harness.retain_freed_memory() else "default"
     steps, sizes = {}, opts["sizes"]
     for n in sizes:
         X, y = (torch.as_tensor(a, dtype=torch.float32) for a in step_data(n, seed=0))
@@ -82,7 +84,7 @@ def scaling(opts):
     for n in sizes:
         row = {"suite": "dbk", "part": "scaling", "dataset": "step", "model": "exact DBK (Pyro)", "n": n, "rank": RANK,
                "seconds": seconds[n], "per_point": seconds[n] / n / base, "threads": harness.threads(),
-               "repeats": opts["repeats"], "dtype": "float32"}
+               "repeats": opts["repeats"], "dtype": "float32", "malloc": malloc}
         if n == opts["gpytorch_n"]:
             row.update(seconds_gpytorch=seconds["gpytorch"], ratio=seconds["gpytorch"] / seconds[n])
         rows.append(row)
@@ -321,7 +323,7 @@ def tables(rows):
     first = scaling_rows[0]
     return [
         (f"dbk scaling: median seconds for the exact DBK objective + gradient on the step function, r = {first['rank']}, "
-         f"{first['dtype']}, {first['threads']} threads, medians of {first['repeats']} blocks", SCALING_COLUMNS, scaling_rows),
+         f"{first['dtype']}, {first['threads']} threads, medians of {first['repeats']} blocks, malloc: {first['malloc']}", SCALING_COLUMNS, scaling_rows),
         table1_table([r for r in rows if r["part"] == "table1"]),
     ]
 
