@@ -4,7 +4,7 @@
   gradient on the 1-D step function (paper section 4.1), r = 128, a 2 x 128 tanh MLP, float32, at
   n = 1e4, 1e5, 1e6; ``per point`` is seconds / n relative to the smallest n (1 = linear), beside
   GPyTorch's exact GP (RBF, ``ExactMarginalLogLikelihood``, its default CG solver) at n = 1e4,
-  with glibc's malloc keeping freed memory (:func:`harness.retain_freed_memory`).
+  with glibc's malloc keeping freed memory (:data:`harness.RETAIN_FREED_MEMORY`).
 * Table 1 on pol and protein with the paper's protocol: a random 70/10/20 split per seed of all
   rows, inputs scaled to [-1, 1] and targets standardised with the training rows' statistics,
   Adam (lr 1e-3, weight decay 1e-4 on the network only), a 2-block 128-unit tanh ResNet with
@@ -27,6 +27,8 @@
 """
 import json
 import math
+import os
+import subprocess
 import sys
 import time
 
@@ -65,12 +67,23 @@ def settings(quick):
 
 
 def scaling(opts):
+    """The scaling rows, measured in a child process (``python -m benchmarks.dbk scaling``) started
+    with :data:`harness.RETAIN_FREED_MEMORY`."""
+    command = [sys.executable, "-m", "benchmarks.dbk", "scaling", json.dumps(opts)]
+    env = {**os.environ, **harness.RETAIN_FREED_MEMORY}
+    done = subprocess.run(command, cwd=harness.REPO, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"the scaling benchmark failed:\n{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def _scaling(opts):
     import torch
 
     from pyro_sparsegp.dbk import MLP, ExactDBK
     from sparsegp_common.dbk import step_data
 
-    malloc = "freed memory retained" if harness.retain_freed_memory() else "default"
+    malloc = "freed memory retained" if all(os.environ.get(k) == v for k, v in harness.RETAIN_FREED_MEMORY.items()) else "default"
     steps, sizes = {}, opts["sizes"]
     for n in sizes:
         X, y = (torch.as_tensor(a, dtype=torch.float32) for a in step_data(n, seed=0))
@@ -357,7 +370,12 @@ def main(argv=None):
     one.add_argument("--out", default=str(CELLS))
     table = commands.add_parser("table", help="Table 1 from the cells")
     table.add_argument("--out", default=str(CELLS))
+    timing = commands.add_parser("scaling", help="the scaling rows as JSON (what scaling() runs in a child process)")
+    timing.add_argument("opts", type=json.loads, help="settings(quick) as JSON")
     args = parser.parse_args(argv)
+    if args.command == "scaling":
+        print(json.dumps(_scaling(args.opts)))
+        return
     if args.command == "table":
         with open(args.out) as f:
             rows = [json.loads(line) for line in f]

@@ -3,7 +3,6 @@
 Nothing here imports torch or JAX at module level: :func:`pin_threads` has to run before either
 is imported for the XLA setting to take effect.
 """
-import ctypes
 import datetime
 import importlib.metadata
 import json
@@ -22,6 +21,13 @@ PACKAGES = ("numpy", "torch", "pyro-ppl", "jax", "jaxlib", "numpyro", "gpytorch"
 
 # (rows, inputs) of the UCI sets the suites use, for the synthetic stand-ins when the data are absent.
 UCI_SHAPES = {"elevators": (16599, 18), "kin40k": (40000, 8), "protein": (45730, 9)}
+
+
+# Environment for glibc's malloc to keep freed memory for reuse rather than hand it back to the
+# kernel (PyTorch's CPU tuning guide suggests jemalloc or tcmalloc for the same reason): a step over
+# 1e6 rows frees gigabytes of activations, and faulting them back in made it 1.6x slower per row
+# than at 1e4 (2026-11-24). Read at start-up only (mallopt cannot set a trim threshold over 2 GiB).
+RETAIN_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
 
 
 def tiny():
@@ -49,19 +55,6 @@ def pin_threads(num_threads=2):
 
     torch.set_num_threads(num_threads)
     return num_threads
-
-
-def retain_freed_memory():
-    """Have glibc's malloc keep freed memory for reuse rather than hand it back to the kernel (for the
-    same reason PyTorch's CPU tuning guide suggests jemalloc or tcmalloc): a step over 1e6 rows frees
-    gigabytes of activations, and faulting them back in made it 1.6x slower per row than at 1e4
-    (2026-11-24). Returns whether it took effect (False where the C library is not glibc)."""
-    try:
-        mallopt = ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return all(mallopt(option, value) == 1 for option, value in ((M_MMAP_THRESHOLD, 1 << 30), (M_TRIM_THRESHOLD, 1 << 34)))
 
 
 def threads():

@@ -24,7 +24,7 @@ def test_dbk_tiny(monkeypatch):
     table = [row for row in rows if row["part"] == "table1"]
     assert [row["n"] for row in scaling] == [1000, 4000]
     assert all(row["seconds"] > 0 for row in scaling) and scaling[0]["per_point"] == pytest.approx(1.0)
-    assert {row["malloc"] for row in scaling} <= {"freed memory retained", "default"}
+    assert all(row["malloc"] == "freed memory retained" for row in scaling)  # measured in a child with that malloc
     assert scaling[0]["ratio"] == pytest.approx(scaling[0]["seconds_gpytorch"] / scaling[0]["seconds"])
     assert {(row["dataset"], row["model"]) for row in table} == {
         (d, m) for d in ("pol", "protein") for m in ("DBK", "DBK-c", "SVDBK", "SVDBK-c", "SVGP")}
