@@ -94,9 +94,9 @@ class DecoupledGP(GPPrior):
             if active_alpha is not None or active_beta is not None:
                 raise ValueError("active_alpha/active_beta (basis growth) need parametrization 'direct' or 'jacobi'")
             Luu = cholesky(bound_kernel.K(Z_beta), self.jitter)
-            q_mu, q_sqrt, constraint = variational.init_q(Mb, batch, False, Z_alpha, Luu)
+            q_mu, q_sqrt = variational.CholeskyGaussian.initial(Mb, batch, Z_alpha, Luu)
             self._param("q_mu", q_mu)
-            self._param("q_sqrt", q_sqrt, constraint)
+            self._param("q_sqrt", q_sqrt, "lower_cholesky")
         else:
             L = common.L_INIT * jnp.eye(Mb, dtype=Z_alpha.dtype)
             if self.parametrization == "jacobi":
@@ -188,7 +188,7 @@ class DecoupledPosterior:
         if self.parametrization == "hybrid":
             Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a[..., None])
             cross = (solve_lower(self.Luu, self.q_mu[..., None]) * solve_lower(self.Luu, Kba_a)).sum()
-            return variational.kl(self.q_mu, self.q_sqrt, self.Luu) + cross + quad
+            return variational.CholeskyGaussian(self.q_mu, self.q_sqrt).kl(self.Luu) + cross + quad
         return quad + covariance_kl(self.LH)
 
     def prior_u(self):
@@ -202,7 +202,7 @@ class DecoupledPosterior:
         mean = self.kernel.K_matvec(X, self.Z_alpha, self.a[..., None])[..., 0]
         Kbx = self.kernel.K(self.Z_beta, X)
         if self.parametrization == "hybrid":
-            base, var = conditional(Kbx, self.Luu, Kff, self.q_mu, self.q_sqrt, whiten=False, full_cov=full_cov)
+            base, var = conditional(Kbx, self.Luu, Kff, variational.CholeskyGaussian(self.q_mu, self.q_sqrt), whiten=False, full_cov=full_cov)
             mean = mean + base
         else:
             LtK = jnp.swapaxes(self.L, -1, -2) @ Kbx

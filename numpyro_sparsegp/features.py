@@ -1,54 +1,10 @@
-"""Inducing features ("inducing variables") and their covariances.
+"""Inducing features and their covariances ``Kuu``/``Kuf`` (see :mod:`sparsegp_common.features`);
+both take bound objects (see :mod:`~numpyro_sparsegp.params`)."""
+from sparsegp_common import features as core
+from sparsegp_common.features import Kuf, Kuu
 
-``Kuu(features, kernel)`` (shape ``batch_shape + (M, M)``, without jitter; or None when the
-features are orthonormal by construction, ``Kuu = I``) and ``Kuf(features, kernel, X)``
-(``batch_shape + (M, N)``) dispatch on the pair of types, as in GPflow: a new kind of feature
-(inter-domain, orthogonal, harmonic) subclasses :class:`Features` and registers its own pair.
-Both take bound objects (see :mod:`~numpyro_sparsegp.params`).
-"""
-from sparsegp_common.dispatch import Dispatcher
+from .params import adapt
 
-from . import checks
-from .kernels import Kernel
-from .params import Parameterized
+__all__ = ["Features", "InducingPoints", "Kuf", "Kuu"]
 
-Kuu = Dispatcher("Kuu")
-Kuf = Dispatcher("Kuf")
-
-
-class Features(Parameterized):
-    """Base class of inducing features: ``num_inducing`` (M) and ``input_dim`` (D)."""
-
-    @property
-    def num_inducing(self):
-        raise NotImplementedError
-
-    @property
-    def input_dim(self):
-        raise NotImplementedError
-
-
-class InducingPoints(Features):
-    """Inducing inputs ``Z`` (M, D), learnable; ``u = f(Z)``."""
-
-    def __init__(self, Z):
-        super().__init__()
-        self._param("Z", checks.inputs(Z, "Z"))
-
-    @property
-    def num_inducing(self):
-        return self.Z.shape[-2]
-
-    @property
-    def input_dim(self):
-        return self.Z.shape[-1]
-
-
-@Kuu.register(InducingPoints, Kernel)
-def _kuu_points(features, kernel):
-    return kernel.K(features.Z)
-
-
-@Kuf.register(InducingPoints, Kernel)
-def _kuf_points(features, kernel, X):
-    return kernel.K(features.Z, X)
+Features, InducingPoints = adapt((core.Features, core.InducingPoints), module=__name__)

@@ -3,21 +3,73 @@
 An unbound object holds initial values. ``bind()`` returns a copy whose parameters are the
 current values of the sites ``<name>.<attribute>`` (for instance ``gp.kernel.lengthscale``),
 registering them when run under NumPyro's handlers, exactly like the Pyro backend's names.
-Children that are themselves ``Parameterized`` are bound under ``<name>.<attribute>``.
+Children that are themselves ``Parameterized`` are bound under ``<name>.<attribute>``. The
+classes of the core (``sparsegp_common``) get this parameter handling by :func:`adapt`.
 """
 import copy
+import functools
 
 import jax.numpy as jnp
 import numpyro
+import numpyro.distributions
 from numpyro.distributions import constraints
+from numpyro.distributions.transforms import LowerCholeskyTransform, biject_to
+
+from sparsegp_common import adapt as _adapt
+
+from . import checks
 
 
 def _join(prefix, name):
     return f"{prefix}.{name}" if prefix else name
 
 
+class _LowerCholesky(type(constraints.lower_cholesky)):
+    """``lower_cholesky`` reached from an unconstrained square matrix (see the transform)."""
+
+
+class _LowerCholeskyTransform(LowerCholeskyTransform):
+    """Square matrix ``x`` -> ``tril(x, -1) + diag(exp(diag(x)))``, the transform torch uses for
+    ``lower_cholesky``; the strictly upper triangle of ``x`` is ignored (its gradient is zero)."""
+
+    # NumPyro's own transform packs the M (M + 1) / 2 free entries into a vector and unpacks them
+    # by a scatter, which XLA runs serially on CPU (and constant-folds for seconds when compiling
+    # at M >= 1024); it also builds the matrix on float64 zeros under jax_enable_x64, which breaks
+    # float32 models that factorise Kuu in float64. Masking a square matrix avoids both.
+    domain = constraints.real_matrix
+    codomain = _LowerCholesky()
+
+    def __call__(self, x):
+        return jnp.tril(x, -1) + _diag_embed(jnp.exp(jnp.diagonal(x, axis1=-2, axis2=-1)))
+
+    def _inverse(self, y):
+        return jnp.tril(y, -1) + _diag_embed(jnp.log(jnp.diagonal(y, axis1=-2, axis2=-1)))
+
+    def log_abs_det_jacobian(self, x, y, intermediates=None):
+        return jnp.diagonal(x, axis1=-2, axis2=-1).sum(-1)
+
+    def forward_shape(self, shape):
+        return shape
+
+    def inverse_shape(self, shape):
+        return shape
+
+
+def _diag_embed(d):
+    return d[..., None] * jnp.eye(d.shape[-1], dtype=d.dtype)
+
+
+_lower_cholesky = _LowerCholeskyTransform.codomain
+biject_to.register(_LowerCholesky, lambda constraint: _LowerCholeskyTransform())
+
+CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": _lower_cholesky}
+
+
 class Parameterized:
     """Base class with named, constrained parameters (see the module docstring)."""
+
+    _adapted = {}  # core class -> NumPyro class, filled by adapt()
+    _checks, _dist = checks, numpyro.distributions
 
     def __init__(self, name=""):
         self._name = name
@@ -25,8 +77,12 @@ class Parameterized:
         self._bound = False
 
     def _param(self, name, value, constraint=constraints.real):
-        self._constraints[name] = constraint
+        self._constraints[name] = CONSTRAINTS[constraint] if isinstance(constraint, str) else constraint
         setattr(self, name, value)
+
+    def _follow(self, like):
+        """Cast every parameter to the dtype of ``like``."""
+        self.to(like.dtype)
 
     @property
     def name(self):
@@ -61,3 +117,6 @@ class Parameterized:
         for child in self._children().values():
             child.to(dtype)
         return self
+
+
+adapt = functools.partial(_adapt.adapt, base=Parameterized)

@@ -436,9 +436,10 @@ class SVDBK(GPPrior):
         self.variance_correction = common.check_flag(variance_correction, "variance_correction")
         self.net = _register(net)
         like = next(net.parameters())
-        q_mu, q_sqrt, constraint = variational.init_q(net.rank, (), common.check_flag(diagonal, "diagonal"), like)
+        self.family = variational.family(common.check_flag(diagonal, "diagonal"))
+        q_mu, q_sqrt = self.family.initial(net.rank, (), like)
         self._param("q_mu", q_mu)
-        self._param("q_sqrt", q_sqrt, constraint)
+        self._param("q_sqrt", q_sqrt, self.family.q_sqrt_constraint)
         self._param("variance", checks.positive(variance, "variance", like=like), constraints.positive)
         self.max_sq_norm = None
 
@@ -507,6 +508,7 @@ class SVDBKPosterior:
 
     def __init__(self, prior):
         self.net, self.variance, self.q_mu, self.q_sqrt = prior.net, prior.variance, prior.q_mu, prior.q_sqrt
+        self.q, self.dist = prior.family(self.q_mu, self.q_sqrt), prior._dist
         self.variance_correction, self.max_sq_norm = prior.variance_correction, prior.max_sq_norm
 
     def features(self, X):
@@ -514,20 +516,20 @@ class SVDBKPosterior:
         return _scaled(self.net, self.variance, X.to(self.q_mu))
 
     def kl(self):
-        return variational.kl(self.q_mu, self.q_sqrt)
+        return self.q.kl()
 
     def prior_u(self):
-        return variational.prior_distribution(self.q_mu)
+        return variational.prior_distribution(self.dist, self.q_mu)
 
     def q_u(self):
-        return variational.q_distribution(self.q_mu, self.q_sqrt)
+        return self.q.distribution(self.dist)
 
     def marginals(self, X, full_cov=False):
         Phi = self.features(X)
         mean = Phi @ self.q_mu
         # Not conditional(): its k(x, x) - |A|^2 would cancel exactly for this finite-rank kernel
         # (Kuu = I, Kuf = Phi^T), leaving round-off; |q_sqrt^T phi|^2 is the same quantity, directly.
-        PL = Phi * self.q_sqrt if variational.is_diagonal(self.q_mu, self.q_sqrt) else Phi @ self.q_sqrt
+        PL = self.q.scale_project(Phi.mT).mT
         c = correction(_sq_norms(Phi), self.max_sq_norm) if self.variance_correction else None
         if full_cov:
             cov = PL @ PL.transpose(-1, -2)

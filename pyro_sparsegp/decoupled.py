@@ -92,9 +92,9 @@ class DecoupledGP(GPPrior):
             if active_alpha is not None or active_beta is not None:
                 raise ValueError("active_alpha/active_beta (basis growth) need parametrization 'direct' or 'jacobi'")
             Luu = cholesky(kernel.K(Z_beta), self.jitter).detach()
-            q_mu, q_sqrt, constraint = variational.init_q(Mb, batch, False, Z_alpha, Luu)
+            q_mu, q_sqrt = variational.CholeskyGaussian.initial(Mb, batch, Z_alpha, Luu)
             self._param("q_mu", q_mu)
-            self._param("q_sqrt", q_sqrt, constraint)
+            self._param("q_sqrt", q_sqrt, "lower_cholesky")
         else:
             eye = torch.eye(Mb, dtype=Z_alpha.dtype, device=Z_alpha.device)
             L = common.L_INIT * eye
@@ -191,7 +191,7 @@ class DecoupledPosterior:
         if self.parametrization == "hybrid":
             Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a.unsqueeze(-1))
             cross = (solve_lower(self.Luu, self.q_mu.unsqueeze(-1)) * solve_lower(self.Luu, Kba_a)).sum()
-            return variational.kl(self.q_mu, self.q_sqrt, self.Luu) + cross + quad
+            return variational.CholeskyGaussian(self.q_mu, self.q_sqrt).kl(self.Luu) + cross + quad
         return quad + covariance_kl(self.LH)
 
     def prior_u(self):
@@ -205,7 +205,7 @@ class DecoupledPosterior:
         mean = self.kernel.K_matvec(X, self.Z_alpha, self.a.unsqueeze(-1)).squeeze(-1)
         Kbx = self.kernel.K(self.Z_beta, X)
         if self.parametrization == "hybrid":
-            base, var = conditional(Kbx, self.Luu, Kff, self.q_mu, self.q_sqrt, whiten=False, full_cov=full_cov)
+            base, var = conditional(Kbx, self.Luu, Kff, variational.CholeskyGaussian(self.q_mu, self.q_sqrt), whiten=False, full_cov=full_cov)
             mean = mean + base
         else:
             V = solve_lower(self.LH, self.L.transpose(-1, -2) @ Kbx)

@@ -2,18 +2,30 @@
 
 Every library object with learnable quantities is a :class:`pyro.nn.PyroModule`; its parameters
 are named ``<module name>.<attribute>`` (for instance ``gp.kernel.lengthscale``), exactly like
-the parameter sites of the NumPyro backend.
+the parameter sites of the NumPyro backend. The classes of the core (``sparsegp_common``) become
+Pyro modules by :func:`adapt`.
 """
 import contextlib
+import functools
 import warnings
 
 import pyro
+import pyro.distributions
 from pyro.nn import PyroModule, PyroParam
 from torch.distributions import constraints
+
+from sparsegp_common import adapt as _adapt
+
+from . import checks
+
+CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": constraints.lower_cholesky}
 
 
 class Parameterized(PyroModule):
     """A :class:`~pyro.nn.PyroModule` with a helper to declare constrained parameters."""
+
+    _adapted = {}  # core class -> Pyro class, filled by adapt()
+    _checks, _dist = checks, pyro.distributions
 
     def __init__(self, name=""):
         super().__init__(name)
@@ -26,7 +38,11 @@ class Parameterized(PyroModule):
             )
 
     def _param(self, name, value, constraint=constraints.real):
-        setattr(self, name, PyroParam(value, constraint=constraint))
+        setattr(self, name, PyroParam(value, constraint=CONSTRAINTS[constraint] if isinstance(constraint, str) else constraint))
+
+    def _follow(self, like):
+        """Move every parameter to the dtype and device of ``like``."""
+        self.to(dtype=like.dtype, device=like.device)
 
     @property
     def name(self):
@@ -35,6 +51,9 @@ class Parameterized(PyroModule):
     def first_parameter(self):
         """A parameter whose dtype and device the rest of a model follows."""
         return next(self.parameters())
+
+
+adapt = functools.partial(_adapt.adapt, base=Parameterized)
 
 
 @contextlib.contextmanager

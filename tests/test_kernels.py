@@ -125,7 +125,7 @@ def test_squared_exponential_matvec_gradient(rng, lengthscale):
     import torch
 
     import pyro_sparsegp as psg
-    from pyro_sparsegp.kernels import _SEMatvec
+    from sparsegp_common.ops._torch import _SEMatvec
 
     ls = torch.tensor(lengthscale, dtype=torch.float64)
     inputs = [torch.tensor(rng.normal(size=(6, 3))), torch.tensor(rng.normal(size=(5, 3))), ls,

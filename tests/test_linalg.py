@@ -10,7 +10,8 @@ from numpyro.distributions.transforms import biject_to
 
 import numpyro_sparsegp.linalg as nla
 import pyro_sparsegp.linalg as pla
-from numpyro_sparsegp.variational import init_q
+from numpyro_sparsegp.params import CONSTRAINTS
+from sparsegp_common.variational import CholeskyGaussian
 
 
 def spd(rng, M, batch=()):
@@ -104,8 +105,8 @@ def test_cholesky_gradient_matches_finite_differences(rng):
 
 
 def test_lower_cholesky_transform_masks_a_square_matrix(rng):
-    _, q_sqrt, constraint = init_q(4, (), False, jnp.zeros(1))
-    transform = biject_to(constraint)
+    _, q_sqrt = CholeskyGaussian.initial(4, (), jnp.zeros(1))
+    transform = biject_to(CONSTRAINTS[CholeskyGaussian.q_sqrt_constraint])
     L = jnp.asarray(np.linalg.cholesky(spd(rng, 4)))
     x = transform.inv(L)
     assert x.shape == (4, 4)

@@ -1,0 +1,55 @@
+"""Inducing features ("inducing variables") and their covariances.
+
+``Kuu(features, kernel)`` (shape ``batch_shape + (M, M)``, without jitter; or None when the
+features are orthonormal by construction, ``Kuu = I``) and ``Kuf(features, kernel, X)``
+(``batch_shape + (M, N)``) dispatch on the pair of types, as in GPflow: a new kind of feature
+(inter-domain, orthogonal, harmonic) subclasses :class:`Features` and registers its own pair.
+"""
+from .dispatch import Dispatcher
+from .kernels import Kernel
+from .ops import namespace
+
+Kuu = Dispatcher("Kuu")
+Kuf = Dispatcher("Kuf")
+
+
+class Features:
+    """Base class of inducing features: ``num_inducing`` (M) and ``input_dim`` (D)."""
+
+    @property
+    def num_inducing(self):
+        raise NotImplementedError
+
+    @property
+    def input_dim(self):
+        raise NotImplementedError
+
+
+class InducingPoints(Features):
+    """Inducing inputs ``Z`` (M, D), learnable; ``u = f(Z)``."""
+
+    def __init__(self, Z):
+        super().__init__()
+        Z = self._checks.inputs(Z, "Z")
+        self._param("Z", namespace(Z).asarray(Z, copy=True))
+
+    @property
+    def num_inducing(self):
+        return self.Z.shape[-2]
+
+    @property
+    def input_dim(self):
+        return self.Z.shape[-1]
+
+
+@Kuu.register(InducingPoints, Kernel)
+def _kuu_points(features, kernel):
+    return kernel.K(features.Z)
+
+
+@Kuf.register(InducingPoints, Kernel)
+def _kuf_points(features, kernel, X):
+    return kernel.K(features.Z, X)
+
+
+CLASSES = (InducingPoints,)

@@ -1,0 +1,203 @@
+"""Covariance functions, written once for every backend.
+
+Shapes: inputs ``X`` (N, D) and ``Z`` (M, D); ``K(X, Z)`` is ``batch_shape + (N, M)`` and
+``K_diag(X)`` is ``batch_shape + (N,)``, where ``batch_shape`` is the leading shape of the
+hyperparameters (empty for a single kernel, ``(L,)`` for L independent outputs).
+
+Stationary kernels take ``lengthscale`` of shape ``batch_shape + (D,)`` (ARD) or
+``batch_shape + (1,)`` (isotropic) and ``variance`` of shape ``batch_shape``; both are kept
+positive by the backend's ``positive`` constraint (an exp/log transform).
+
+Spectral densities follow one convention (see ``specs/vof.md``, section 1): with
+``kappa(tau) = k(x, x + tau)``,
+
+    kappa(tau) = (2 pi)^(-D/2) * integral s(omega) exp(-i omega . tau) d omega,
+
+so ``(2 pi)^(-D/2) * integral s = variance``. For the squared exponential
+``s(omega) = variance * prod(l) * exp(-|omega * l|^2 / 2)``.
+
+Kernel matrices are computed at full float32 precision (``precise_matmul``) because a Cholesky
+depends on them.
+"""
+import math
+
+from .ops import backend, device, namespace
+
+
+class Kernel:
+    """Base class: ``K``, ``K_diag`` and (where it exists) ``spectral_density``."""
+
+    def K(self, X, Z=None):
+        raise NotImplementedError
+
+    def K_diag(self, X):
+        raise NotImplementedError
+
+    def K_matvec(self, X, Z, v):
+        """``K(X, Z) @ v``: ``v`` is ``batch_shape + (M, K)``, the result ``batch_shape + (N, K)``.
+
+        For the products with a large basis (the decoupled mean ``K_{x alpha} a``), where ``K(X, Z)``
+        is big: backends may compute it without keeping ``K``'s intermediates for the backward pass.
+        """
+        return self.K(X, Z) @ v
+
+    def spectral_density(self, omega):
+        """Spectral density at frequencies ``omega`` (..., D): shape ``batch_shape + omega.shape[:-1]``."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form spectral density")
+
+    def __add__(self, other):
+        return self._adapted[Sum](self, other)
+
+    def __mul__(self, other):
+        return self._adapted[Product](self, other)
+
+
+class Stationary(Kernel):
+    """A kernel ``variance * shape(r)`` of the scaled distance ``r = |(x - z) / lengthscale|``."""
+
+    def __init__(self, lengthscale=1.0, variance=1.0):
+        super().__init__()
+        lengthscale = self._checks.positive(lengthscale, "lengthscale")
+        if lengthscale.ndim == 0:
+            lengthscale = namespace(lengthscale).reshape(lengthscale, (1,))
+        variance = self._checks.positive(variance, "variance", like=lengthscale)
+        self._param("lengthscale", lengthscale, "positive")
+        self._param("variance", variance, "positive")
+
+    def scaled_sqdist(self, X, Z=None):
+        """Squared scaled distances, ``batch_shape + (N, M)``; centred first for accuracy."""
+        xp = namespace(X, Z)
+        ls = self.lengthscale[..., None, :]
+        shift = xp.mean(X, axis=-2, keepdims=True)
+        Xs = (X - shift) / ls
+        Zs = Xs if Z is None else (Z - shift) / ls
+        cross = backend(X).precise_matmul(Xs, Zs.mT)
+        r2 = xp.sum(Xs**2, axis=-1)[..., :, None] + xp.sum(Zs**2, axis=-1)[..., None, :] - 2 * cross
+        if Z is None:  # exact zeros on the diagonal: sqrt would amplify the round-off
+            r2 = xp.where(xp.eye(X.shape[-2], dtype=xp.bool, device=device(X)), 0.0, r2)
+        return xp.clip(r2, min=0.0)
+
+    def shape_fn(self, r2):
+        raise NotImplementedError
+
+    def K(self, X, Z=None):
+        return self.variance[..., None, None] * self.shape_fn(self.scaled_sqdist(X, Z))
+
+    def K_diag(self, X):
+        variance = self.variance
+        return namespace(X).broadcast_to(variance[..., None], tuple(variance.shape) + tuple(X.shape[-2:-1]))
+
+    def _scaled_frequencies(self, omega):
+        xp = namespace(omega)
+        ls = self.lengthscale
+        ls = xp.broadcast_to(ls, tuple(ls.shape[:-1]) + tuple(omega.shape[-1:]))
+        ls = xp.reshape(ls, tuple(ls.shape[:-1]) + (1,) * (omega.ndim - 1) + tuple(ls.shape[-1:]))
+        return xp.sum((omega * ls) ** 2, axis=-1), xp.sum(xp.log(ls), axis=-1)
+
+    def _variance_over(self, omega):
+        variance = self.variance
+        return namespace(omega).reshape(variance, tuple(variance.shape) + (1,) * (omega.ndim - 1))
+
+
+class SquaredExponential(Stationary):
+    """``k(x, z) = variance * exp(-r^2 / 2)``."""
+
+    def shape_fn(self, r2):
+        return namespace(r2).exp(-0.5 * r2)
+
+    def K_matvec(self, X, Z, v):
+        fused = getattr(backend(X), "se_matvec", None)
+        return super().K_matvec(X, Z, v) if fused is None else fused(X, Z, self.lengthscale, self.variance, v)
+
+    def spectral_density(self, omega):
+        w2, log_prod_ls = self._scaled_frequencies(omega)
+        return self._variance_over(omega) * namespace(omega).exp(log_prod_ls - 0.5 * w2)
+
+
+RBF = SquaredExponential
+
+
+class Matern(Stationary):
+    """Matérn kernel with half-integer smoothness ``nu`` (set by the subclasses)."""
+
+    nu = None
+
+    def shape_fn(self, r2):
+        xp = namespace(r2)
+        # Clamp before sqrt so the gradient at r = 0 (the diagonal of Kuu) is finite.
+        r = xp.sqrt(xp.clip(r2, min=1e-36))
+        return self.polynomial(r) * xp.exp(-math.sqrt(2 * self.nu) * r)
+
+    def spectral_density(self, omega):
+        D, nu = omega.shape[-1], self.nu
+        w2, log_prod_ls = self._scaled_frequencies(omega)
+        log_const = (
+            0.5 * D * math.log(2 * math.pi)
+            + math.lgamma(nu + D / 2)
+            - math.lgamma(nu)
+            - 0.5 * D * math.log(math.pi)
+            + nu * math.log(2 * nu)
+        )
+        xp = namespace(omega)
+        return self._variance_over(omega) * xp.exp(log_const + log_prod_ls - (nu + D / 2) * xp.log(2 * nu + w2))
+
+
+class Matern12(Matern):
+    """``k = variance * exp(-r)`` (the exponential kernel)."""
+
+    nu = 0.5
+
+    def polynomial(self, r):
+        return namespace(r).ones_like(r)
+
+
+class Matern32(Matern):
+    """``k = variance * (1 + sqrt(3) r) exp(-sqrt(3) r)``."""
+
+    nu = 1.5
+
+    def polynomial(self, r):
+        return 1 + math.sqrt(3) * r
+
+
+class Matern52(Matern):
+    """``k = variance * (1 + sqrt(5) r + 5 r^2 / 3) exp(-sqrt(5) r)``."""
+
+    nu = 2.5
+
+    def polynomial(self, r):
+        return 1 + math.sqrt(5) * r + (5.0 / 3.0) * r**2
+
+
+class Sum(Kernel):
+    """``k1 + k2``; its spectral density is the sum of the two."""
+
+    def __init__(self, k1, k2):
+        super().__init__()
+        self.k1, self.k2 = k1, k2
+
+    def K(self, X, Z=None):
+        return self.k1.K(X, Z) + self.k2.K(X, Z)
+
+    def K_diag(self, X):
+        return self.k1.K_diag(X) + self.k2.K_diag(X)
+
+    def spectral_density(self, omega):
+        return self.k1.spectral_density(omega) + self.k2.spectral_density(omega)
+
+
+class Product(Kernel):
+    """``k1 * k2`` (its spectral density is a convolution and is not provided)."""
+
+    def __init__(self, k1, k2):
+        super().__init__()
+        self.k1, self.k2 = k1, k2
+
+    def K(self, X, Z=None):
+        return self.k1.K(X, Z) * self.k2.K(X, Z)
+
+    def K_diag(self, X):
+        return self.k1.K_diag(X) * self.k2.K_diag(X)
+
+
+CLASSES = (Stationary, SquaredExponential, Matern, Matern12, Matern32, Matern52, Sum, Product)

@@ -1,0 +1,36 @@
+"""The array namespace of the inputs, and the few operations the array API standard lacks.
+
+The formulas of the core take ``xp = namespace(*arrays)`` (``jax.numpy``, or the
+``array-api-compat`` namespace of torch or NumPy) for everything the standard has, and
+``backend(*arrays)`` for the rest: one small module per array library with the same functions
+(``solve_lower``, ``cholesky``, ``precise_matmul``, ``stop_gradient``, ``is_concrete``,
+``normal``, ``check_dtype``) and, where a library has one, a fused kernel (``se_matvec``). The choice follows the arrays passed, never a process-wide switch, so both
+packages work in one process.
+"""
+import importlib
+import numbers
+
+import array_api_compat
+
+_MODULES = {"torch": "_torch", "jax": "_jax", "numpy": "_numpy"}
+
+
+def namespace(*arrays):
+    """The array API namespace shared by ``arrays``: ``None`` and numbers are skipped, and NumPy
+    arrays beside torch or JAX ones follow them (as the libraries themselves convert them)."""
+    arrays = [a for a in arrays if a is not None and not isinstance(a, numbers.Number)]
+    foreign = [a for a in arrays if not array_api_compat.is_numpy_array(a)]
+    return array_api_compat.array_namespace(*(foreign or arrays))
+
+
+def backend(*arrays):
+    """The per-library operations for ``arrays``: ``sparsegp_common.ops._torch``, ``_jax`` or ``_numpy``."""
+    xp = namespace(*arrays)
+    for library, module in _MODULES.items():
+        if getattr(array_api_compat, f"is_{library}_namespace")(xp):
+            return importlib.import_module(f"{__name__}.{module}")
+    raise TypeError(f"arrays of {xp.__name__} are not supported (torch, JAX and NumPy are)")
+
+
+def device(array):
+    return array_api_compat.device(array)

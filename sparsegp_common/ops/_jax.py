@@ -1,0 +1,61 @@
+"""JAX implementations of the operations the array API standard lacks."""
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.scipy.linalg import solve_triangular
+
+from ..linalg import CholeskyError
+
+
+def solve_lower(L, B, transpose=False):
+    batch = jnp.broadcast_shapes(L.shape[:-2], B.shape[:-2])
+    L, B = jnp.broadcast_to(L, batch + L.shape[-2:]), jnp.broadcast_to(B, batch + B.shape[-2:])
+    return solve_triangular(L, B, lower=True, trans=1 if transpose else 0)
+
+
+def cholesky(A, levels, message):
+    """Lower factor of ``A + level I`` for the first of ``levels`` that succeeds.
+
+    Under ``jit``/``grad`` tracing the retries are nested ``lax.cond`` and a final failure returns
+    NaN (so the loss becomes NaN) instead of raising: a host callback to raise would cost about as
+    much as the rest of a small SVI step.
+    """
+    eye = jnp.eye(A.shape[-1], dtype=A.dtype)
+    if is_concrete(A):
+        for level in levels:
+            L = jnp.linalg.cholesky(A + level * eye)
+            if bool(jnp.all(jnp.isfinite(L))):
+                return L
+        raise CholeskyError(message)
+
+    def attempt(i):
+        L = jnp.linalg.cholesky(A + levels[i] * eye)
+        if i == len(levels) - 1:
+            return L
+        return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, lambda: attempt(i + 1))
+
+    return attempt(0)
+
+
+def check_dtype(dtype):
+    if dtype is not None and jnp.dtype(dtype) == jnp.float64 and not jax.config.jax_enable_x64:
+        raise ValueError(f"cholesky_dtype={jnp.dtype(dtype).name} needs jax.config.update('jax_enable_x64', True)")
+    return dtype
+
+
+def precise_matmul(a, b):
+    # XLA's default on recent GPUs multiplies float32 in TF32 (10-bit mantissa): kernel matrices
+    # computed that way are indefinite at the jitter levels float32 needs
+    return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
+
+
+def is_concrete(x):
+    return not isinstance(x, jax.core.Tracer)
+
+
+def normal(key, shape, like):
+    return jax.random.normal(key, shape, dtype=like.dtype)
+
+
+def stop_gradient(x):
+    return lax.stop_gradient(x)

@@ -1,0 +1,99 @@
+"""torch implementations of the operations the array API standard lacks."""
+import torch
+
+from ..linalg import CholeskyError as _CoreCholeskyError
+
+
+class CholeskyError(_CoreCholeskyError, torch.linalg.LinAlgError):
+    """A covariance matrix could not be factorised even after jitter escalation."""
+
+
+def solve_lower(L, B, transpose=False):
+    if transpose:
+        return torch.linalg.solve_triangular(L.mT, B, upper=True)
+    return torch.linalg.solve_triangular(L, B, upper=False)
+
+
+def cholesky(A, levels, message):
+    """Lower factor of ``A + level I`` for the first of ``levels`` that succeeds."""
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    for level in levels:
+        L, info = torch.linalg.cholesky_ex(A + level * eye)
+        if not bool(info.any()):
+            return L
+    raise CholeskyError(message)
+
+
+def check_dtype(dtype):
+    return dtype
+
+
+def precise_matmul(a, b):
+    # torch's default keeps float32 products in full precision (allow_tf32 is off for matmul)
+    return a @ b
+
+
+def is_concrete(x):
+    return True
+
+
+def normal(key, shape, like):
+    """Standard normal draws; ``key`` is a ``torch.Generator`` or None (the global RNG)."""
+    return torch.randn(shape, dtype=like.dtype, device=like.device, generator=key)
+
+
+def se_matvec(X, Z, lengthscale, variance, v):
+    """``K(X, Z) @ v`` of the squared exponential as one fused autograd node."""
+    return _SEMatvec.apply(X, Z, lengthscale, variance, v)
+
+
+class _SEMatvec(torch.autograd.Function):
+    """``K(X, Z) @ v`` for the squared exponential with ``K`` as the only (N, M) buffer.
+
+    Forward: one product of augmented inputs gives ``log K = log var + Xs.Zs - |Xs|^2 / 2 -
+    |Zs|^2 / 2`` for the scaled inputs ``Xs = (X - shift) / l`` (the shift cancels), then an
+    in-place clamp and exp. Backward, with ``E = K * (g v^T)``: ``dv = K^T g``,
+    ``dXs = E Zs - rowsum(E) Xs``, ``dZs = E^T Xs - colsum(E) Zs``, ``dvar = sum(E) / var``,
+    the row and column sums coming out of the same two products.
+    """
+
+    @staticmethod
+    def forward(ctx, X, Z, lengthscale, variance, v):
+        ls = lengthscale.unsqueeze(-2)
+        shift = X.mean(-2, keepdim=True)
+        Xs, Zs = (X - shift) / ls, (Z - shift) / ls
+        log_var = variance.log()[..., None, None]
+        A = torch.cat([Xs, log_var - 0.5 * (Xs**2).sum(-1, keepdim=True), torch.ones_like(Xs[..., :1])], -1)
+        B = torch.cat([Zs, torch.ones_like(Zs[..., :1]), -0.5 * (Zs**2).sum(-1, keepdim=True)], -1)
+        K = (A @ B.transpose(-1, -2)).clamp_(max=log_var).exp_()  # r2 >= 0: log K <= log var
+        ctx.save_for_backward(Xs, Zs, lengthscale, variance, v, K)
+        ctx.shapes, ctx.consumed = (X.shape, Z.shape), False
+        return K @ v
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.consumed:
+            raise RuntimeError("K_matvec's backward pass reuses its buffer and runs once (no retain_graph)")
+        ctx.consumed = True
+        Xs, Zs, lengthscale, variance, v, K = ctx.saved_tensors
+        dv = K.transpose(-1, -2) @ g
+        # E = K * (g v^T) overwrites K: allocating a second (N, M) buffer costs more than the products
+        batch = torch.broadcast_shapes(K.shape[:-2], g.shape[:-2], v.shape[:-2])
+        E = K if K.shape[:-2] == batch else K.expand(batch + K.shape[-2:]).clone()
+        E = E.mul_(g).mul_(v.transpose(-1, -2)) if v.shape[-1] == 1 else E.mul_(g @ v.transpose(-1, -2))
+        EZ = E @ torch.cat([Zs, torch.ones_like(Zs[..., :1])], -1)
+        EX = (torch.cat([Xs, torch.ones_like(Xs[..., :1])], -1).transpose(-1, -2) @ E).transpose(-1, -2)
+        rowsum, colsum = EZ[..., -1:], EX[..., -1:]
+        dXs, dZs = EZ[..., :-1] - rowsum * Xs, EX[..., :-1] - colsum * Zs
+        ls = lengthscale.unsqueeze(-2)
+        dvar = rowsum.sum((-1, -2)) / variance
+        dls = -((dXs * Xs).sum(-2) + (dZs * Zs).sum(-2)) / lengthscale
+        X_shape, Z_shape = ctx.shapes
+        grads = (dXs / ls, dZs / ls, dls, dvar, dv)
+        shapes = (X_shape, Z_shape, lengthscale.shape, variance.shape, v.shape)
+        # inputs broadcast over the kernel's batch get the sum over it
+        return tuple(d.sum_to_size(shape) for d, shape in zip(grads, shapes))
+
+
+def stop_gradient(x):
+    return x.detach()

@@ -1,0 +1,103 @@
+"""Stochastic variational GP with inducing points (Hensman, Fusi & Lawrence, 2013)."""
+import functools
+import numbers
+
+from . import checks, variational
+from .conditionals import strategy
+from .features import Features, InducingPoints, Kuf, Kuu
+from .linalg import cholesky
+from .ops import backend, namespace
+from .priors import GPPrior
+
+
+class SVGP(GPPrior):
+    """SVGP prior component on inducing points (or any inducing features), whitened by default.
+
+    Args:
+        kernel: a kernel; its parameters are converted to the dtype and device of ``Z``.
+        Z: initial inducing inputs ``(M, D)`` (learnable), or a ``Features`` object
+            (inter-domain features).
+        num_latent: None for one latent function (``f`` of shape ``(N,)``) or L independent
+            latent functions sharing ``Z`` and the kernel (``f`` of shape ``(N, L)``).
+        whiten: parametrise ``u = Luu v`` with ``q(v) = N(q_mu, q_sqrt q_sqrt^T)`` and prior
+            ``N(0, I)``; otherwise ``q(u)`` directly with prior ``N(0, Kuu)``.
+        diagonal: mean-field ``q`` (``q_sqrt`` of shape ``(..., M)``) instead of a full
+            Cholesky factor ``(..., M, M)``.
+        jitter: added to the diagonal of ``Kuu`` (escalated tenfold up to 3 times on failure).
+        cholesky_dtype: factorise ``Kuu`` in this dtype (e.g. float64 inside a float32 model;
+            in JAX it needs ``jax_enable_x64``) and cast the factor back.
+        name: prefix of the parameter and sample-site names (``<name>.q_mu``, ``<name>.u``, ...).
+
+    ``q`` starts at the prior (``KL = 0``).
+    """
+
+    def __init__(self, kernel, Z, *, num_latent=None, whiten=True, diagonal=False, jitter=1e-6,
+                 cholesky_dtype=None, name="gp"):
+        super().__init__(name)
+        features = Z if isinstance(Z, Features) else self._adapted[InducingPoints](Z)
+        if not isinstance(jitter, numbers.Real) or not jitter >= 0:
+            raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
+        self.num_latent = None if num_latent is None else checks.positive_int(num_latent, "num_latent")
+        self.whiten, self.jitter, self.cholesky_dtype = whiten, float(jitter), cholesky_dtype
+        self.strategy, self.family = strategy(whiten), variational.family(diagonal)
+        self.kernel, self.features = kernel, features
+        like = features.first_parameter()
+        self._follow(like)
+        batch_shape = () if self.num_latent is None else (self.num_latent,)
+        Luu = self.strategy.prior_factor(self.posterior_factor())
+        Luu = None if Luu is None else backend(Luu).stop_gradient(Luu)
+        q_mu, q_sqrt = self.family.initial(features.num_inducing, batch_shape, like, Luu)
+        self._param("q_mu", q_mu)
+        self._param("q_sqrt", q_sqrt, self.family.q_sqrt_constraint)
+
+    @property
+    def input_dim(self):
+        return self.features.input_dim
+
+    def posterior_factor(self):
+        """Cholesky factor of ``Kuu`` at the current parameters (None when ``Kuu = I``)."""
+        return _factor(self.features, self.kernel, self.jitter, self.cholesky_dtype)
+
+    def posterior(self):
+        return SVGPPosterior(self)
+
+    def prior_variance(self, X):
+        var = self.kernel.K_diag(X)
+        if self.num_latent is None:
+            return var
+        return namespace(var).broadcast_to(var, (self.num_latent,) + tuple(var.shape[-1:])).mT
+
+
+class SVGPPosterior:
+    """q(f) of an :class:`SVGP` with its parameters read once; ``Luu`` is computed on first use."""
+
+    def __init__(self, prior):
+        self.kernel, self.features, self.num_latent = prior.kernel, prior.features, prior.num_latent
+        self.jitter, self.cholesky_dtype, self.strategy = prior.jitter, prior.cholesky_dtype, prior.strategy
+        self.q_mu, self.q_sqrt, self.dist = prior.q_mu, prior.q_sqrt, prior._dist
+        self.q = prior.family(self.q_mu, self.q_sqrt)
+
+    @functools.cached_property
+    def Luu(self):
+        return _factor(self.features, self.kernel, self.jitter, self.cholesky_dtype)
+
+    def kl(self):
+        return self.q.kl(self.strategy.prior_factor(self.Luu))
+
+    def prior_u(self):
+        return variational.prior_distribution(self.dist, self.q_mu, self.strategy.prior_factor(self.Luu))
+
+    def q_u(self):
+        return self.q.distribution(self.dist)
+
+    def marginals(self, X, full_cov=False):
+        Kff = self.kernel.K(X) if full_cov else self.kernel.K_diag(X)
+        mean, var = self.strategy.marginals(Kuf(self.features, self.kernel, X), self.Luu, Kff, self.q, full_cov)
+        if self.num_latent is None:
+            return mean, var
+        return mean.mT, (var if full_cov else var.mT)
+
+
+def _factor(features, kernel, jitter, cholesky_dtype):
+    K = Kuu(features, kernel)
+    return None if K is None else cholesky(K, jitter, dtype=cholesky_dtype)

@@ -1,0 +1,107 @@
+"""Variational families: q(u) = N(q_mu, S) over ``batch_shape + (M,)``, ``S = q_sqrt q_sqrt^T``.
+
+A family is a value object built from its parameters (``q_mu`` of shape ``batch_shape + (M,)``
+and a scale whose shape the family defines); ``batch_shape`` is ``()`` or ``(L,)`` for L
+independent latent functions. Each family answers what the strategies and objectives ask of
+q(u), so a new family (block-diagonal, natural parameters) is a new class, not a new shape test:
+
+* ``scale_project(B)``: ``q_sqrt^T B`` for ``B`` of shape ``batch_shape + (M, N)``;
+* ``kl(Luu=None)``: ``KL[q || N(0, Luu Luu^T)]`` summed over the batch (``Luu=None``: ``N(0, I)``);
+* ``distribution(dist)``: q(u) as a distribution of the PPL's ``dist`` module;
+* ``initial(...)`` (class method): parameters at the prior, and ``q_sqrt_constraint``.
+"""
+import array_api_compat
+
+from .linalg import solve_lower
+from .ops import device, namespace
+
+
+class CholeskyGaussian:
+    """Full covariance: ``q_sqrt`` is ``batch_shape + (M, M)`` lower triangular, positive diagonal."""
+
+    q_sqrt_constraint = "lower_cholesky"
+
+    def __init__(self, q_mu, q_sqrt):
+        self.q_mu, self.q_sqrt = q_mu, q_sqrt
+
+    @classmethod
+    def initial(cls, num_inducing, batch_shape, like, Luu=None):
+        """``(q_mu, q_sqrt)`` at the prior: ``q_sqrt = I`` (whitened, ``Luu=None``) or ``Luu``."""
+        xp = namespace(like)
+        q_mu = xp.zeros(tuple(batch_shape) + (num_inducing,), dtype=like.dtype, device=device(like))
+        eye = xp.eye(num_inducing, dtype=like.dtype, device=device(like))
+        shape = tuple(batch_shape) + (num_inducing, num_inducing)
+        return q_mu, xp.asarray(xp.broadcast_to(eye if Luu is None else Luu, shape), copy=True)
+
+    def scale_diagonal(self):
+        return namespace(self.q_sqrt).linalg.diagonal(self.q_sqrt)
+
+    def dense_scale(self):
+        return self.q_sqrt
+
+    def scale_project(self, B):
+        return self.q_sqrt.mT @ B
+
+    def kl(self, Luu=None):
+        return _gaussian_kl(self, Luu)
+
+    def distribution(self, dist):
+        return dist.MultivariateNormal(self.q_mu, scale_tril=self.q_sqrt).to_event(self.q_mu.ndim - 1)
+
+
+class DiagonalGaussian(CholeskyGaussian):
+    """Mean field: ``q_sqrt`` is ``batch_shape + (M,)``, positive."""
+
+    q_sqrt_constraint = "positive"
+
+    @classmethod
+    def initial(cls, num_inducing, batch_shape, like, Luu=None):
+        """``(q_mu, q_sqrt)`` at the prior marginals: ``q_sqrt = 1`` (whitened) or ``diag(Luu)``."""
+        xp = namespace(like)
+        q_mu = xp.zeros(tuple(batch_shape) + (num_inducing,), dtype=like.dtype, device=device(like))
+        scale = xp.ones_like(q_mu) if Luu is None else xp.broadcast_to(xp.linalg.diagonal(Luu), q_mu.shape)
+        return q_mu, xp.asarray(scale, copy=True)
+
+    def scale_diagonal(self):
+        return self.q_sqrt
+
+    def dense_scale(self):
+        xp = namespace(self.q_sqrt)
+        return self.q_sqrt[..., None] * xp.eye(self.q_sqrt.shape[-1], dtype=self.q_sqrt.dtype, device=device(self.q_sqrt))
+
+    def scale_project(self, B):
+        return self.q_sqrt[..., None] * B
+
+    def distribution(self, dist):
+        return dist.Normal(self.q_mu, self.q_sqrt).to_event(self.q_mu.ndim)
+
+
+def family(diagonal):
+    """The family class for the ``diagonal`` flag of the prior components."""
+    return DiagonalGaussian if diagonal else CholeskyGaussian
+
+
+def prior_distribution(dist, q_mu, Luu=None):
+    """``p(u)``: ``N(0, I)`` when whitened (``Luu=None``), else ``N(0, Luu Luu^T)``; event shape
+    ``q_mu.shape``, as q's."""
+    xp = namespace(q_mu)
+    zeros = xp.zeros_like(q_mu)
+    if Luu is None:
+        return dist.Normal(zeros, xp.ones_like(q_mu)).to_event(q_mu.ndim)
+    scale_tril = xp.broadcast_to(Luu, tuple(q_mu.shape) + tuple(q_mu.shape[-1:]))
+    return dist.MultivariateNormal(zeros, scale_tril=scale_tril).to_event(q_mu.ndim - 1)
+
+
+def _gaussian_kl(q, Luu):
+    """``KL[N(q_mu, S) || N(0, K)]`` summed over the batch; ``Luu=None`` means ``K = I``."""
+    xp = namespace(q.q_mu, Luu)
+    M = q.q_mu.shape[-1]
+    num = array_api_compat.size(q.q_mu) // M
+    log_det_S = 2 * xp.sum(xp.log(xp.abs(q.scale_diagonal())))
+    if Luu is None:
+        trace, mahalanobis, log_det_K = xp.sum(q.q_sqrt**2), xp.sum(q.q_mu**2), 0.0
+    else:
+        trace = xp.sum(solve_lower(Luu, q.dense_scale()) ** 2)
+        mahalanobis = xp.sum(solve_lower(Luu, q.q_mu[..., None]) ** 2)
+        log_det_K = 2 * xp.sum(xp.broadcast_to(xp.log(xp.linalg.diagonal(Luu)), q.q_mu.shape))
+    return 0.5 * (trace + mahalanobis - num * M + log_det_K - log_det_S)
