@@ -47,7 +47,7 @@ class Whitened:
         return None
 
     def marginals(self, Kuf, Luu, Kff, q, full_cov=False):
-        return conditional(Kuf, Luu, Kff, q, whiten=True, full_cov=full_cov)
+        return conditional(Kuf, Luu, Kff, q, whiten=self.whiten, full_cov=full_cov)
 
 
 class Unwhitened(Whitened):
@@ -57,9 +57,6 @@ class Unwhitened(Whitened):
 
     def prior_factor(self, Luu):
         return Luu
-
-    def marginals(self, Kuf, Luu, Kff, q, full_cov=False):
-        return conditional(Kuf, Luu, Kff, q, whiten=False, full_cov=full_cov)
 
 
 def strategy(whiten):
