@@ -59,3 +59,30 @@ def normal(key, shape, like):
 
 def stop_gradient(x):
     return lax.stop_gradient(x)
+
+
+def split(key, n):
+    """``n`` independent keys from a PRNG key."""
+    return jax.random.split(key, n)
+
+
+def uniform(key, shape, dtype=None, device=None):
+    """Uniform draws on ``[0, 1)`` from ``key`` (``dtype=None``: JAX's default float)."""
+    if dtype is None:
+        return jax.random.uniform(key, shape)
+    return jax.random.uniform(key, shape, dtype=dtype)
+
+
+def recurrence(step, first, second, coefficients, count):
+    """As the torch version, by ``lax.scan`` (one traced step whatever ``count``)."""
+    if count <= 2:
+        return jnp.stack([first, second][:count], -1)
+    xs = tuple(jnp.asarray(c, dtype=first.dtype) for c in coefficients)
+
+    def body(carry, c):
+        prev, cur = carry
+        nxt = step(prev, cur, *c)
+        return (cur, nxt), nxt
+
+    rest = lax.scan(body, (first, second), xs)[1]
+    return jnp.moveaxis(jnp.concatenate([first[None], second[None], rest]), 0, -1)

@@ -37,3 +37,21 @@ def normal(key, shape, like):
 
 def stop_gradient(x):
     return x
+
+
+def split(key, n):
+    """``n`` keys from ``key``: a ``numpy.random.Generator`` (or None, NumPy's global RNG) is
+    stateful, so the same one serves each draw in turn."""
+    return (key,) * n
+
+
+def uniform(key, shape, dtype=None, device=None):
+    draws = np.random.random(shape) if key is None else key.random(shape)
+    return draws.astype(np.float64 if dtype is None else dtype)
+
+
+def recurrence(step, first, second, coefficients, count):
+    terms = [first, second]
+    for i in range(count - 2):
+        terms.append(step(terms[-2], terms[-1], *(float(c[i]) for c in coefficients)))
+    return np.stack(terms[:count], -1)

@@ -97,3 +97,23 @@ class _SEMatvec(torch.autograd.Function):
 
 def stop_gradient(x):
     return x.detach()
+
+
+def split(key, n):
+    """``n`` keys from ``key``: a ``torch.Generator`` (or None, the global RNG) is stateful, so
+    the same one serves each draw in turn."""
+    return (key,) * n
+
+
+def uniform(key, shape, dtype=None, device=None):
+    """Uniform draws on ``[0, 1)`` (``dtype=None``: torch's default dtype)."""
+    return torch.rand(shape, dtype=dtype, device=device, generator=key)
+
+
+def recurrence(step, first, second, coefficients, count):
+    """``count`` terms ``t_0 = first``, ``t_1 = second``, ``t_{i+2} = step(t_i, t_{i+1}, *c[i])``
+    (``c[i]`` the i-th entries of the NumPy vectors ``coefficients``), stacked on a new last axis."""
+    terms = [first, second]
+    for i in range(count - 2):
+        terms.append(step(terms[-2], terms[-1], *(float(c[i]) for c in coefficients)))
+    return torch.stack(terms[:count], -1)
