@@ -1,370 +1,60 @@
-"""Variational orthogonal features (Burt, Rasmussen & van der Wilk, 2020; ``specs/vof.md``).
-
-Inter-domain features ``u_m = int g_m(x) f(x) dx`` built from functions ``psi_m`` that are
-orthonormal in the frequency domain, so that ``Kuu = I`` for any stationary kernel with a spectral
-density ``s`` and the prior is ``u ~ N(0, I)`` (no Cholesky of ``Kuu``). In the real (Hartley) form,
-with ``cas(t) = cos(t) + sin(t)``::
-
-    Kuf[m](x) = (2 pi)^(-D/4) int sqrt(s(w)) psi_m(w) cas(w . x) dw.
-
-* :class:`HermiteFeatures`: scaled Hermite functions for the squared-exponential kernel, where
-  ``Kuf`` has a closed form (they are the kernel's eigenfunction features for a Gaussian input
-  density of standard deviation ``sigma_x``, the parameter); tensor products in D dimensions.
-* :class:`FourierFeatures` and :class:`LegendreFeatures`: the orthonormal Fourier basis
-  (``M = 2K + 1``) and normalised Legendre polynomials on the box ``[-a, a]^D`` (``a`` learnable),
-  for any stationary kernel. ``Kuf`` is an integral: by Gauss-Legendre quadrature for prediction,
-  and estimated without bias from two independent randomised grids of ``num_samples`` frequencies
-  in training (:func:`estimated_moments`), never forming ``Kuf``.
-
-Use any of them as ``SVGP(kernel, features, diagonal=...)``; :class:`VOFModel` adds the two
-objectives (sampled ``u`` for ``Trace_ELBO``/``TraceMeanField_ELBO``; the collapsed estimator as
-the ELBO subclass :class:`CollapsedELBO`). Inputs should be centred (and scaled): the features are
-centred at 0. Randomness comes from ``numpyro.prng_key()`` (or an explicit ``key``).
-"""
-import math
-
+"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.vof_features`), with
+NumPyro parameters: frequencies come from ``numpyro.prng_key()`` (or an explicit ``key``), the
+collapsed loss is a NumPyro ``ELBO``."""
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 from numpyro import handlers
-from numpyro.distributions import constraints
 from numpyro.infer.elbo import ELBO
 
-from sparsegp_common import vof as common
+from sparsegp_common import vof_features as core
+from sparsegp_common.vof_features import collapsed_moments, hermite_kuf, sampled_moments, spectral_terms
 
-from . import checks
-from .features import Features, Kuf, Kuu
-from .kernels import Kernel, SquaredExponential
+from .features import Features, Kuf, Kuu  # noqa: F401  (importable from here, as before)
 from .likelihoods import Gaussian
 from .models import GPModel
-from .svgp import SVGP
+from .params import adapt
 
 __all__ = [
     "CollapsedELBO", "FourierFeatures", "HermiteFeatures", "LegendreFeatures", "SpectralFeatures", "VOFModel",
     "collapsed_moments", "estimated_moments", "hermite_kuf", "sampled_moments",
 ]
 
-
-def _vector(value, name, input_dim):
-    """A positive ``(D,)`` initial value from a scalar or a vector."""
-    value = jnp.reshape(checks.positive(value, name), (-1,))
-    if value.shape[0] == 1 and input_dim is not None:
-        value = jnp.broadcast_to(value, (input_dim,))
-    if input_dim is not None and value.shape[0] != input_dim:
-        raise ValueError(f"{name} has {value.shape[0]} entries but input_dim is {input_dim}")
-    return value
+_OrthogonalFeatures, HermiteFeatures = adapt(
+    (core.OrthogonalFeatures, core.HermiteFeatures), module=__name__, known={core.Features: Features})
 
 
-def _lengthscale(kernel, D):
-    return jnp.broadcast_to(kernel.lengthscale, (D,)) if kernel.lengthscale.ndim == 1 else kernel.lengthscale
+class SpectralFeatures(core.SpectralFeatures, _OrthogonalFeatures):
+    __doc__ = core.SpectralFeatures.__doc__
 
-
-def _unbatched(kernel):
-    variance = getattr(kernel, "variance", None)  # sums of kernels have none of their own
-    if variance is not None and jnp.ndim(variance) != 0:
-        raise ValueError("variational orthogonal features need a kernel without batch dimensions")
-    return kernel
-
-
-def _key(key):
-    key = numpyro.prng_key() if key is None else key
-    if key is None:
-        raise ValueError("Monte Carlo VOF estimators need a PRNG key: pass key= or run under handlers.seed")
-    return key
-
-
-class _OrthogonalFeatures(Features):
-    """Features indexed by the multi-indices ``indices`` ``(M, D)`` of a tensor-product basis."""
-
-    @property
-    def num_inducing(self):
-        return self.indices.shape[0]
-
-    @property
-    def input_dim(self):
-        return self.indices.shape[1]
-
-
-class HermiteFeatures(_OrthogonalFeatures):
-    """Hermite-function features of the squared-exponential kernel, closed-form ``Kuf``.
-
-    In 1-D, with ``R_+- = r^2 +- l^2 / 2``, ``rho = R_- / R_+`` and ``z = r x / sqrt(R_- R_+)``::
-
-        Kuf[m](x) = 2^(1/4) sqrt(v l r) R_+^(-1/2) rho^(m/2) exp(-x^2 / (2 R_+)) h_m(z),
-
-    ``h_m`` the normalised Hermite polynomials (stable three-term recurrence). The scale ``r`` is
-    parametrised by the implied input-density standard deviation ``sigma_x``:
-    ``r^2 = (l / 2) sqrt(4 sigma_x^2 + l^2)``, so the constraint ``2 r^2 > l^2`` always holds. In
-    D dimensions the features are tensor products (ARD lengthscales); the ``num_features``
-    multi-indices with the largest eigenvalue products are chosen once, at construction, from
-    the initial ``sigma_x`` and the lengthscales of ``kernel``. The recurrence runs on the
-    enveloped values (bounded, by Bessel's inequality), which underflow to 0 only for
-    ``x^2 > 2 R_+ * 87`` in float32 (a conservative ``Kuf``); standardise the inputs.
-
-    Args:
-        num_features: M.
-        sigma_x: initial input-density standard deviation, scalar or ``(D,)`` (learnable).
-        input_dim: D when ``sigma_x`` is a scalar (default 1).
-        kernel: the :class:`~numpyro_sparsegp.kernels.SquaredExponential` whose lengthscales
-            rank the multi-indices (default: unit lengthscales).
-    """
-
-    def __init__(self, num_features, sigma_x=1.0, *, input_dim=None, kernel=None):
-        super().__init__()
-        if input_dim is not None:
-            input_dim = checks.positive_int(input_dim, "input_dim")
-        sigma_x = _vector(sigma_x, "sigma_x", input_dim)
-        D = sigma_x.shape[0]
-        ls = np.ones(D) if kernel is None else np.asarray(_lengthscale(kernel, D), dtype=np.float64)
-        sx = np.asarray(sigma_x, dtype=np.float64)
-        log_rho = 2 * np.log(2 * sx / (np.sqrt(4 * sx**2 + ls**2) + ls))
-        self.indices = common.multi_indices(num_features, -log_rho)
-        self._param("sigma_x", sigma_x, constraints.positive)
-
-
-def hermite_kuf(sigma_x, lengthscale, variance, indices, X):
-    """Closed-form ``Kuf`` of tensor-product Hermite features: ``(M, N)``.
-
-    Args:
-        sigma_x, lengthscale: ``(D,)``; variance: scalar; indices: int ``(M, D)``; X: ``(N, D)``.
-    """
-    s = jnp.sqrt(4 * sigma_x**2 + lengthscale**2)
-    R_plus = 0.5 * lengthscale * (s + lengthscale)
-    rho = (2 * sigma_x / (s + lengthscale)) ** 2  # R_- / R_+, without the cancellation in R_-
-    r = jnp.sqrt(0.5 * lengthscale * s)
-    z = r * X / (lengthscale * sigma_x)  # R_- R_+ = l^2 sigma_x^2
-    degree = int(indices.max())
-    # t_m = rho^(m/2) h_m(z) exp(-x^2 / 2R_+) (bounded: Kuf up to a constant)
-    envelope = jnp.exp(-(X**2) / (2 * R_plus))
-    t0, t1 = envelope, math.sqrt(2) * jnp.sqrt(rho) * z * envelope
-
-    def step(carry, m):  # t_{m+1} = sqrt(2 rho / (m+1)) z t_m - sqrt(m / (m+1)) rho t_{m-1}
-        prev, cur = carry
-        nxt = jnp.sqrt(2 / (m + 1)) * jnp.sqrt(rho) * z * cur - jnp.sqrt(m / (m + 1)) * rho * prev
-        return (cur, nxt), nxt
-
-    rest = jax.lax.scan(step, (t0, t1), jnp.arange(1, max(degree, 1), dtype=z.dtype))[1]
-    table = jnp.moveaxis(jnp.concatenate([t0[None], t1[None], rest]), 0, -1)[..., : degree + 1]  # (N, D, degree + 1)
-    factor = jnp.broadcast_to(2**0.25 * jnp.sqrt(lengthscale * r / R_plus), X.shape)  # (N, D)
-    out = jnp.sqrt(variance) * jnp.ones((X.shape[0], indices.shape[0]), dtype=X.dtype)
-    for d in range(indices.shape[1]):
-        out = out * factor[:, d, None] * table[:, d, indices[:, d]]
-    return out.T
-
-
-@Kuu.register(HermiteFeatures, Kernel)
-def _kuu_hermite(features, kernel):
-    return None
-
-
-@Kuf.register(HermiteFeatures, SquaredExponential)
-def _kuf_hermite(features, kernel, X):
-    kernel = _unbatched(kernel)
-    return hermite_kuf(features.sigma_x, _lengthscale(kernel, features.input_dim), kernel.variance, features.indices, X)
-
-
-@Kuf.register(HermiteFeatures, Kernel)
-def _kuf_hermite_other(features, kernel, X):
-    raise TypeError(f"HermiteFeatures have a closed form for the SquaredExponential kernel only, got "
-                    f"{type(kernel).__name__}; use FourierFeatures or LegendreFeatures for other kernels")
-
-
-class SpectralFeatures(_OrthogonalFeatures):
-    """Features from an orthonormal basis on the frequency box ``[-a, a]^D`` (band-limited).
-
-    Subclasses set ``basis`` (``"fourier"`` or ``"legendre"``). In D > 1 the basis is a tensor
-    product truncated to the ``num_features`` multi-indices of smallest total degree.
-
-    Args:
-        num_features: M (odd for 1-D Fourier features: ``2K + 1``).
-        a: initial half-width of the box, scalar or ``(D,)`` (learnable).
-        input_dim: D when ``a`` is a scalar (default 1).
-        num_samples: T, frequencies per independent set in the Monte Carlo estimators.
-        num_quadrature: Gauss-Legendre nodes per dimension of the deterministic ``Kuf``
-            (prediction; ``Q^D`` nodes in all); the integrand oscillates about
-            ``K + a |x| / pi`` times over the box.
-        design: ``"grid"`` (randomised grid: one uniform shift of a regular T-point grid per
-            dimension, dimensions paired by random permutations; each frequency is uniform on the
-            box) or ``"iid"`` (independent uniform frequencies).
-    """
-
-    basis = None
-
-    def __init__(self, num_features, a=10.0, *, input_dim=None, num_samples=50, num_quadrature=256, design="grid"):
-        super().__init__()
-        if input_dim is not None:
-            input_dim = checks.positive_int(input_dim, "input_dim")
-        a = _vector(a, "a", input_dim)
-        _, self.num_samples, self.num_quadrature, self.design = common.check_mc_options(
-            self.basis, num_samples, num_quadrature, design)
-        num_features = common.check_num_features(num_features, self.basis, a.shape[0])
-        self.indices = common.multi_indices(num_features, [1.0] * a.shape[0], self.basis)
-        self._param("a", a, constraints.positive)
-
-    def basis_functions(self, omega):
-        """``psi_m(omega)`` for frequencies ``omega`` ``(T, D)`` inside the box: ``(T, M)``."""
-        t = omega / self.a  # in [-1, 1]
-        degree = int(self.indices.max())
-        if self.basis == "fourier":
-            j = np.arange(degree + 1)
-            arg = math.pi * ((j + 1) // 2) * t[..., None]  # (T, D, degree + 1)
-            table = jnp.where(j % 2 == 1, jnp.cos(arg), jnp.sin(arg))
-            table = jnp.where(j == 0, math.sqrt(0.5), table)
-        else:  # normalised Legendre polynomials sqrt((2m + 1) / 2) P_m(t)
-            p = [jnp.full_like(t, math.sqrt(0.5)), math.sqrt(1.5) * t]
-            for m in range(1, degree):
-                p.append(math.sqrt((2 * m + 1) * (2 * m + 3)) / (m + 1) * t * p[m]
-                         - m / (m + 1) * math.sqrt((2 * m + 3) / (2 * m - 1)) * p[m - 1])
-            table = jnp.stack(p[: degree + 1], -1)
-        table = table / jnp.sqrt(self.a)[:, None]  # (T, D, degree + 1)
-        out = jnp.ones((omega.shape[0], self.indices.shape[0]), dtype=omega.dtype)
-        for d in range(self.indices.shape[1]):
-            out = out * table[:, d, self.indices[:, d]]
-        return out
+    def _key(self, key):
+        key = numpyro.prng_key() if key is None else key
+        if key is None:
+            raise ValueError("Monte Carlo VOF estimators need a PRNG key: pass key= or run under handlers.seed")
+        return key
 
     def draw_frequencies(self, key, dtype=jnp.float64):
-        """One set of T frequencies ``(T, D)``, each uniform on the box, reparameterised in ``a``
-        (``omega = a (2 u - 1)`` with ``u`` drawn from ``key``), and their weights
-        ``prod(2 a) / T`` (the inverse proposal density over T)."""
-        T, D = self.num_samples, self.input_dim
-        key_shift, key_perm = jax.random.split(key)
-        if self.design == "iid":
-            u = jax.random.uniform(key_shift, (T, D), dtype=dtype)
-        else:
-            ranks = jnp.broadcast_to(jnp.arange(T, dtype=dtype)[:, None], (T, D))
-            if D > 1:  # pair the dimensions' grids at random: each point stays uniform on the box
-                ranks = jnp.argsort(jax.random.uniform(key_perm, (T, D)), axis=0).astype(dtype)
-            u = (ranks + jax.random.uniform(key_shift, (D,), dtype=dtype)) / T
-        a = self.a.astype(dtype)
-        return a * (2 * u - 1), jnp.prod(2 * a) / T * jnp.ones(T, dtype=dtype)
-
-    def quadrature(self):
-        """Gauss-Legendre nodes ``(Q^D, D)`` on the box and their weights ``(Q^D,)``."""
-        nodes, weights = common.legendre_nodes(self.num_quadrature, self.input_dim)
-        dtype = jnp.asarray(self.a).dtype
-        return self.a * jnp.asarray(nodes, dtype=dtype), jnp.prod(self.a) * jnp.asarray(weights, dtype=dtype)
+        """:meth:`frequencies` drawn from the PRNG key ``key``."""
+        return self.frequencies(key, dtype)
 
 
-class FourierFeatures(SpectralFeatures):
-    """The orthonormal Fourier basis on ``[-a, a]``: ``1 / sqrt(2a)``, ``cos(k pi w / a) / sqrt(a)``,
-    ``sin(k pi w / a) / sqrt(a)`` for ``k = 1..K`` (in this order, ``M = 2K + 1``); see
-    :class:`SpectralFeatures` for the arguments."""
-
-    basis = "fourier"
-
-
-class LegendreFeatures(SpectralFeatures):
-    """Normalised Legendre polynomials on ``[-a, a]``: ``sqrt((2m + 1) / (2a)) P_m(w / a)``; see
-    :class:`SpectralFeatures` for the arguments."""
-
-    basis = "legendre"
-
-
-def spectral_terms(features, kernel, omega, weights, X):
-    """The two factors of ``Kuf^T ~= A Phi`` at frequencies ``omega`` ``(T, D)`` with weights ``(T,)``:
-    ``A[n, t] = weights[t] (2 pi)^(-D/4) sqrt(s(omega_t)) cas(omega_t . x_n)`` ``(N, T)`` and
-    ``Phi[t, m] = psi_m(omega_t)`` ``(T, M)``."""
-    beta = weights * common.fourth_root_two_pi(features.input_dim) * jnp.sqrt(_unbatched(kernel).spectral_density(omega))
-    phase = X @ omega.T
-    return beta * (jnp.cos(phase) + jnp.sin(phase)), features.basis_functions(omega)
-
-
-@Kuu.register(SpectralFeatures, Kernel)
-def _kuu_spectral(features, kernel):
-    return None
-
-
-@Kuf.register(SpectralFeatures, Kernel)
-def _kuf_spectral(features, kernel, X):
-    """Deterministic Gauss-Legendre ``Kuf`` ``(M, N)`` (biased by the rule's error; used for prediction)."""
-    A, Phi = spectral_terms(features, kernel, *features.quadrature(), X)
-    return (A @ Phi).T
-
-
-def collapsed_moments(terms1, terms2, q_mu, q_sqrt, Kff):
-    """Unbiased estimates of the Gaussian ELBO's ``mu_n``, ``mu_n^2``, ``sigma_n^2`` from two
-    independent sets, packed as ``(mean, var)`` with ``mean = (mu1 + mu2) / 2`` and
-    ``var = sigma^2 + mu1 mu2 - mean^2``: then ``(y - mean)^2 + var`` is unbiased for
-    ``(y - mu)^2 + sigma^2``, so ``Gaussian.expected_log_prob(y, mean, var)`` is an unbiased ELBO
-    term. ``var`` may be negative (never clamp it in training). Cost O(N T^2 + T^2 M (+ T M^2)).
-
-    Args:
-        terms1, terms2: ``(A (N, T), Phi (T, M))`` of each set (:func:`spectral_terms`).
-        q_mu: ``(M,)``; q_sqrt: ``(M, M)`` lower factor or ``(M,)`` diagonal; Kff: ``(N,)``.
-    """
-    (A1, P1), (A2, P2) = terms1, terms2
-    mu1, mu2 = A1 @ (P1 @ q_mu), A2 @ (P2 @ q_mu)
-    if q_sqrt.shape == q_mu.shape:
-        G = (P1 * (q_sqrt**2 - 1)) @ P2.T
-    else:
-        G = (P1 @ q_sqrt) @ (P2 @ q_sqrt).T - P1 @ P2.T
-    mean = 0.5 * (mu1 + mu2)
-    return mean, Kff + ((A1 @ G) * A2).sum(-1) + mu1 * mu2 - mean**2
-
-
-def sampled_moments(terms1, terms2, u, Kff):
-    """As :func:`collapsed_moments` for a sampled ``u`` ``(M,)``: estimates of ``a_n^T u``,
-    ``(a_n^T u)^2`` and ``k_nn - |a_n|^2`` (the variance of ``f_n`` given ``u``)."""
-    (A1, P1), (A2, P2) = terms1, terms2
-    h1, h2 = A1 @ (P1 @ u), A2 @ (P2 @ u)
-    mean = 0.5 * (h1 + h2)
-    return mean, h1 * h2 - mean**2 + Kff - ((A1 @ (P1 @ P2.T)) * A2).sum(-1)
+FourierFeatures, LegendreFeatures = adapt(
+    (core.FourierFeatures, core.LegendreFeatures), module=__name__, known={core.SpectralFeatures: SpectralFeatures})
 
 
 def estimated_moments(prior, X, u=None, key=None):
-    """``(mean, var)`` of the data term of a bound VOF prior at ``X`` ``(N, D)``, given ``u`` or
-    integrated over ``q(u)`` (``u=None``): exact for Hermite features, else from two fresh
-    independent frequency sets drawn from ``key`` (default ``numpyro.prng_key()``)."""
-    features, kernel = prior.features, prior.kernel
-    Kff = kernel.K_diag(X)
-    if isinstance(features, SpectralFeatures):
-        keys = jax.random.split(_key(key))
-        sets = [spectral_terms(features, kernel, *features.draw_frequencies(k, X.dtype), X) for k in keys]
-        if u is None:
-            return collapsed_moments(*sets, prior.q_mu, prior.q_sqrt, Kff)
-        return sampled_moments(*sets, u, Kff)
-    K = Kuf(features, kernel, X)
-    if u is None:
-        return prior.posterior().marginals(X)
-    return u @ K, Kff - (K**2).sum(0)
+    """:func:`sparsegp_common.vof_features.estimated_moments` of a bound prior, with frequencies
+    from ``key`` (default ``numpyro.prng_key()``)."""
+    return core.estimated_moments(prior, X, u, key)
 
 
-class VOFModel(GPModel):
-    """``y_n ~ likelihood(f(x_n))`` with an ``SVGP`` prior on variational orthogonal features.
-
-    Same arguments, prediction, sampled pair and ArviZ export as
-    :class:`~numpyro_sparsegp.GPModel`; two objectives:
-
-    * :meth:`model`/:meth:`guide`: ``u`` is sampled from ``q(u)`` in the guide and the data
-      factor ``y`` is an unbiased estimate of ``E[log p(y_n | f_n) | u]`` (two independent
-      frequency sets; exact for Hermite features); the KL is the closed-form factor
-      ``<name>.kl``. Works with ``Trace_ELBO`` and ``TraceMeanField_ELBO``.
-    * :meth:`elbo` (and the loss :class:`CollapsedELBO`): ``u`` integrated out, the
-      lower-variance estimator of the paper (exact for Hermite features).
-
-    Monte Carlo features need the ``Gaussian`` likelihood: only its expected log-likelihood is
-    linear in ``mu``, ``mu^2`` and ``sigma^2``, which is what makes the estimate unbiased.
-    Hermite features take any likelihood.
-    """
-
-    def __init__(self, prior, likelihood, num_data=None):
-        if not isinstance(prior, SVGP) or not isinstance(prior.features, (HermiteFeatures, SpectralFeatures)):
-            raise TypeError("prior must be an SVGP on HermiteFeatures, FourierFeatures or LegendreFeatures")
-        if prior.num_latent is not None:
-            raise ValueError("VOFModel supports one latent function (num_latent=None)")
-        if isinstance(prior.features, SpectralFeatures) and not isinstance(likelihood, Gaussian):
-            raise TypeError(
-                f"{type(prior.features).__name__} estimate Kuf by Monte Carlo, which gives an unbiased ELBO only "
-                f"for the Gaussian likelihood (linear in mu, mu^2 and sigma^2), not {type(likelihood).__name__}; "
-                "use HermiteFeatures (closed-form Kuf) for other likelihoods"
-            )
-        super().__init__(prior, likelihood, num_data)
+class VOFModel(core.VOFModel, GPModel):
+    __doc__ = core.VOFModel.__doc__
+    _gaussian = Gaussian
 
     def model(self, X, y=None, subsample_size=None):
         """Args as :meth:`GPModel.model`, but ``y`` is required (the data term is a factor)."""
-        if y is None:
-            raise ValueError("VOFModel.model needs y (its data term is an estimate); use sampled_model to simulate")
+        self._check_y(y)
         X, y = self._data(X, y)
         plate, select = self._plate(X.shape[0], subsample_size)
         prior, likelihood = self.prior.bind(), self.likelihood.bind()
@@ -379,10 +69,7 @@ class VOFModel(GPModel):
         """The collapsed estimate (full batch, scaled to ``num_data``), a differentiable scalar;
         ``key`` for the frequencies (default ``numpyro.prng_key()``)."""
         X, y = self._data(X, y)
-        prior, likelihood = self.prior.bind(), self.likelihood.bind()
-        mean, var = estimated_moments(prior, X, key=key)
-        scale = (self.num_data or X.shape[0]) / X.shape[0]
-        return scale * likelihood.expected_log_prob(y, mean, var).sum() - prior.posterior().kl()
+        return self._collapsed(self.prior.bind(), self.likelihood.bind(), X, y, key)
 
 
 class CollapsedELBO(ELBO):
@@ -391,11 +78,7 @@ class CollapsedELBO(ELBO):
     ``fit(..., loss=CollapsedELBO())``); ``num_particles`` independent estimates are averaged."""
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
-        owner = getattr(model, "__self__", None)
-        if not isinstance(owner, VOFModel):
-            raise TypeError("CollapsedELBO needs model=vof_model.model for a VOFModel")
-        if kwargs:
-            raise ValueError(f"CollapsedELBO takes external minibatches only, got {sorted(kwargs)}")
+        owner = core.collapsed_owner(model, kwargs)
 
         def single(key):
             with handlers.seed(rng_seed=key), handlers.substitute(data=param_map):

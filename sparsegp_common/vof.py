@@ -1,8 +1,8 @@
 """Backend-free pieces of variational orthogonal features (Burt, Rasmussen & van der Wilk, 2020):
 option checks, the choice of tensor-product multi-indices and Gauss-Legendre nodes on a box.
 
-See ``specs/vof.md``; the features themselves live in ``pyro_sparsegp/vof.py`` and
-``numpyro_sparsegp/vof.py``.
+See ``specs/vof.md``; the features themselves are written once in ``vof_features.py`` (adapted by
+``pyro_sparsegp/vof.py`` and ``numpyro_sparsegp/vof.py``).
 """
 import functools
 import heapq
