@@ -639,3 +639,33 @@ def test_pyro_numpyro_parity():
     assert results[0].keys() == results[1].keys()
     for key in results[0]:
         np.testing.assert_allclose(results[0][key], results[1][key], rtol=1e-8, atol=1e-12, err_msg=key)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pyro_features_follow_the_device_of_their_inputs(device, monkeypatch):
+    """Issue 20: HermiteFeatures are built from tensors on any device (no ``Tensor.numpy()``), and
+    Kuf, the frequencies and the moments stay on that device."""
+    import pyro
+
+    pyro.clear_param_store()
+
+    def no_numpy(self, *args, **kwargs):
+        raise AssertionError("Tensor.numpy() called while building or evaluating VOF features")
+
+    monkeypatch.setattr(torch.Tensor, "numpy", no_numpy)
+    X = torch.linspace(-1, 1, 6, dtype=torch.float64, device=device).reshape(3, 2)
+    from pyro_sparsegp import SVGP, Matern32, SquaredExponential
+
+    k = SquaredExponential(torch.tensor([0.7, 1.3], dtype=torch.float64, device=device))
+    hermite = SVGP(k, pvof.HermiteFeatures(5, torch.tensor([1.0, 0.8], dtype=torch.float64, device=device), kernel=k),
+                   name="h")
+    fourier = SVGP(Matern32(torch.tensor([0.9, 1.1], dtype=torch.float64, device=device)),
+                   pvof.FourierFeatures(5, torch.tensor([3.0, 2.0], dtype=torch.float64, device=device),
+                                        num_samples=7, num_quadrature=6), name="f")
+    for gp in (hermite, fourier):
+        with torch.no_grad(), active(gp):
+            assert pvof.Kuf(gp.features, gp.kernel, X).device == X.device
+            assert all(m.device == X.device for m in pvof.estimated_moments(gp, X))
