@@ -57,13 +57,16 @@ class Plan:
     ``(seed, epoch)``, so a resumed run sees the same batches as an uninterrupted one and both
     backends see the same batches for the same seed. The last ``num_rows % batch_size`` rows of
     each permutation are skipped: every batch has the same size (one compiled program in JAX) and
-    each is still a uniformly random subset, so the minibatch ELBO stays unbiased.
+    each is still a uniformly random subset, so the minibatch ELBO stays unbiased. The permutation
+    of the current epoch is drawn once and kept (drawing it is O(num_rows), far more than a step
+    of a small model at millions of rows); any step, in any order, still gets the same rows.
     """
 
     num_rows: Optional[int]
     batch_size: Optional[int]
     num_steps: int
     seed: int
+    _permutation: tuple = dataclasses.field(default=(None, None), init=False, repr=False, compare=False)
 
     @property
     def steps_per_epoch(self):
@@ -77,8 +80,15 @@ class Plan:
         if self.batch_size is None:
             return None
         j = step % self.steps_per_epoch
-        perm = np.random.default_rng([self.seed, self.epoch(step)]).permutation(self.num_rows)
-        return perm[j * self.batch_size : (j + 1) * self.batch_size]
+        return self.permutation(self.epoch(step))[j * self.batch_size : (j + 1) * self.batch_size]
+
+    def permutation(self, epoch):
+        """The row order of ``epoch``, seeded by ``(seed, epoch)`` (cached for the last epoch asked)."""
+        cached, perm = self._permutation
+        if cached != epoch:
+            perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_rows)
+            self._permutation = (epoch, perm)
+        return perm
 
 
 def make_plan(data, batch_size, num_steps, num_epochs, seed):

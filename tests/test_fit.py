@@ -38,6 +38,22 @@ def test_plan_draws_each_epoch_without_replacement():
     assert np.array_equal(plan.indices(5), make_plan((np.zeros(23),), 5, 12, None, seed=4).indices(5))
 
 
+def test_plan_draws_one_permutation_per_epoch_and_stays_seeded(monkeypatch):
+    """The permutation of an epoch is drawn once (not once per step), and the rows of a step do
+    not depend on which steps were asked before (resume, or both backends)."""
+    plan = make_plan((np.zeros(23),), 5, None, 3, seed=4)
+    expected = [np.random.default_rng([4, i // 4]).permutation(23)[(i % 4) * 5 : (i % 4 + 1) * 5] for i in range(12)]
+    draws = []
+    original = np.random.default_rng
+    monkeypatch.setattr(np.random, "default_rng", lambda *a: draws.append(a) or original(*a))
+    for i in range(12):
+        np.testing.assert_array_equal(plan.indices(i), expected[i])
+    assert len(draws) == 3
+    fresh = make_plan((np.zeros(23),), 5, None, 3, seed=4)
+    for i in (9, 2, 7, 0):  # out of order, as after a resume
+        np.testing.assert_array_equal(fresh.indices(i), expected[i])
+
+
 def test_fit_reduces_the_loss_and_reports(backend, capsys):
     model, X, y = problem(backend, num_data=N)
     result = backend.lib.fit(model.model, model.guide, (X, y), num_epochs=40, batch_size=20, lr=0.05)
