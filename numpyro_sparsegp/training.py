@@ -18,7 +18,7 @@ def fit(
     model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
     lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
     restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
-    **kwargs,
+    loss_every=10, **kwargs,
 ):
     """Train ``model``/``guide`` by SVI, one jit-compiled ``SVI.update`` per step.
 
@@ -48,7 +48,10 @@ def fit(
         resume: continue from ``checkpoint`` when it exists; the run then reaches the same
             parameters as an uninterrupted one with the same seed.
         seed: seeds the SVI RNG key and the minibatch order.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (with the running loss, from the first read).
+        loss_every: read the loss back from the device every this many steps (reading waits for
+            the step; 1 reads every step). ``FitResult.losses`` still holds every step's loss,
+            and callbacks reading ``state.loss`` get it at once.
         **kwargs: passed to the model and guide (held fixed: they are closed over by the jit).
 
     Returns:
@@ -56,7 +59,7 @@ def fit(
         the final ``SVIState``.
     """
     plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
-    check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume)
+    check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
     eval_every = interval(eval_every, plan, "eval_every")
     checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
     if loss is not None and not isinstance(loss, numpyro.infer.elbo.ELBO):
@@ -77,7 +80,7 @@ def fit(
 
     def step(i):
         current[0], value = update(current[0], data, plan.indices(i))
-        return float(value)
+        return value
 
     def save(done, best):
         _save(checkpoint, done, current[0], losses, tracker, best)
@@ -86,11 +89,16 @@ def fit(
         plan, start, losses, best, step, lambda: svi.get_params(current[0]), lambda: current[0],
         None if checkpoint is None else save, tracker=tracker, validation=validation, eval_every=eval_every,
         callbacks=callbacks, checkpoint_every=checkpoint_every, progress=progress,
+        loss_every=loss_every, to_floats=_to_floats,
     )
     state = current[0]
     if restore_best and best is not None:
         state = best
     return FitResult(np.asarray(losses), svi.get_params(state), tracker.history, tracker.best_step, stopped, state)
+
+
+def _to_floats(values):
+    return [float(v) for v in jax.device_get(values)]  # one wait for all
 
 
 def _batch(data, plan, step):

@@ -17,7 +17,7 @@ def fit(
     model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
     lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
     restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
-    **kwargs,
+    loss_every=10, **kwargs,
 ):
     """Train ``model``/``guide`` by SVI; each step calls ``loss(model, guide, *batch, **kwargs)``.
 
@@ -45,14 +45,17 @@ def fit(
         resume: continue from ``checkpoint`` when it exists; the run then reaches the same
             parameters as an uninterrupted one with the same seed.
         seed: seeds Pyro's RNG and the minibatch order.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (with the running loss, from the first read).
+        loss_every: read the loss back from the device every this many steps (reading waits for
+            the step; 1 reads every step). ``FitResult.losses`` still holds every step's loss,
+            and callbacks reading ``state.loss`` get it at once.
         **kwargs: passed to the model and guide.
 
     Returns:
         FitResult: losses ``(num_steps,)``, final (constrained) params, validation history.
     """
     plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
-    check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume)
+    check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
     eval_every = interval(eval_every, plan, "eval_every")
     checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
     loss_fn = _loss_fn(loss)
@@ -77,7 +80,7 @@ def fit(
         opt.step()
         if schedule is not None:
             schedule.step()
-        return float(value.detach())
+        return value.detach()
 
     def save(done, best):
         _save(checkpoint, done, names, params, opt, schedule, losses, tracker, best)
@@ -86,12 +89,17 @@ def fit(
         plan, start, losses, best, step, constrained, lambda: [p.detach().clone() for p in params],
         None if checkpoint is None else save, tracker=tracker, validation=validation, eval_every=eval_every,
         callbacks=callbacks, checkpoint_every=checkpoint_every, progress=progress,
+        loss_every=loss_every, to_floats=_to_floats,
     )
     if restore_best and best is not None:
         with torch.no_grad():
             for p, b in zip(params, best):
                 p.copy_(b)
     return FitResult(np.asarray(losses), constrained(), tracker.history, tracker.best_step, stopped, opt)
+
+
+def _to_floats(values):
+    return torch.stack([v.reshape(()) for v in values]).tolist()  # one transfer for all
 
 
 def _loss_fn(loss):

@@ -8,16 +8,56 @@ import numpy as np
 from tqdm.auto import tqdm
 
 
+class LossHistory:
+    """The losses of a run: floats already read back, and the device scalars of the steps since.
+
+    Reading a loss back from an accelerator waits for the step that computed it, so ``fit`` reads
+    them every ``loss_every`` steps, all at once (``to_floats(scalars) -> list of float``), and
+    whenever something needs them (a callback reading ``FitState.loss``, a checkpoint, the end).
+    """
+
+    def __init__(self, values, to_floats):
+        self.values = values  # floats, appended to in place
+        self.pending = []
+        self.to_floats = to_floats
+
+    def append(self, value):
+        self.pending.append(value)
+
+    def read(self):
+        """Read the pending losses back; returns the list of every loss so far."""
+        if self.pending:
+            self.values.extend(float(v) for v in self.to_floats(self.pending))
+            self.pending = []
+        return self.values
+
+    def __len__(self):
+        return len(self.values) + len(self.pending)
+
+
 @dataclasses.dataclass
 class FitState:
-    """What a callback sees after each step; set ``stop = True`` to end training."""
+    """What a callback sees after each step; set ``stop = True`` to end training.
+
+    ``loss`` (this step's) and ``losses`` (every step's so far) are read from the device when a
+    callback asks for them, so callbacks that do not look at them do not slow training down.
+    """
 
     step: int  # number of steps done
     epoch: int
-    loss: float
-    losses: list
-    get_params: Callable[[], dict]
+    history: LossHistory = dataclasses.field(repr=False)
+    get_params: Callable[[], dict] = dataclasses.field(repr=False)
     stop: bool = False
+
+    @property
+    def losses(self):
+        """Losses ``[float]`` of every step so far (including the steps before a resume)."""
+        return self.history.read()
+
+    @property
+    def loss(self):
+        """This step's loss."""
+        return self.losses[-1]
 
     @property
     def params(self):
@@ -168,7 +208,7 @@ def interval(every, plan, name):
     return int(every)
 
 
-def check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume):
+def check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every=1):
     """Options of ``fit`` that only make sense together."""
     if validation is None and eval_every is not None:
         raise ValueError("eval_every was given without a validation function")
@@ -176,42 +216,54 @@ def check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resu
         raise TypeError("validation must be a callable validation(params) -> float")
     if checkpoint is None and (checkpoint_every is not None or resume):
         raise ValueError("checkpoint_every and resume need a checkpoint file (checkpoint=...)")
+    if not isinstance(loss_every, (int, np.integer)) or loss_every < 1:
+        raise ValueError(f"loss_every must be a positive integer, got {loss_every!r}")
 
 
 def run_steps(plan, start, losses, best, step, params, snapshot, save, *, tracker, validation, eval_every,
-              callbacks, checkpoint_every, progress):
+              callbacks, checkpoint_every, progress, loss_every=1, to_floats=None):
     """The loop of both backends' ``fit``.
 
     Args:
         plan, start: the step plan and the first step to run (after a resume).
-        losses, best: the history so far and the best snapshot so far (None).
-        step: ``step(i) -> float`` runs 0-based step ``i`` and returns its loss.
+        losses, best: the history so far (floats; the new losses are appended to it in place) and
+            the best snapshot so far (None).
+        step: ``step(i)`` runs 0-based step ``i`` and returns its loss (a device scalar).
         params: ``params() -> dict`` of the current constrained values.
         snapshot: ``snapshot()`` copies what restoring the best evaluation needs.
         save: ``save(done, best)`` writes a checkpoint, or None for no checkpoints.
+        loss_every: read the losses back from the device every this many steps.
+        to_floats: ``to_floats([scalar, ...]) -> [float, ...]`` in one transfer (default: float
+            of each).
 
     Returns:
-        ``(best, stopped)``.
+        ``(best, stopped)``; ``losses`` then holds every step's loss.
     """
     callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    history = LossHistory(losses, to_floats or (lambda values: [float(v) for v in values]))
+    window = max(plan.steps_per_epoch, 10)
     stopped = False
     with progress_bar(plan, start, progress) as bar:
         for i in range(start, plan.num_steps):
-            losses.append(step(i))
-            report(bar, losses, max(plan.steps_per_epoch, 10))
+            history.append(step(i))
+            bar.update(1)
             done = i + 1
+            if done % loss_every == 0 or done == plan.num_steps:
+                report(bar, history.read(), window)
             if validation is not None and done % eval_every == 0:
                 if tracker.update(done, validation(params())):
                     best = snapshot()
                 stopped = tracker.should_stop
-            state = FitState(done, plan.epoch(i), losses[-1], losses, params)
+            state = FitState(done, plan.epoch(i), history, params)
             for callback in callbacks:
                 callback(state)
             stopped = stopped or state.stop
             if save is not None and (done % checkpoint_every == 0 or stopped or done == plan.num_steps):
+                history.read()
                 save(done, best)
             if stopped:
                 break
+        history.read()
     return best, stopped
 
 
@@ -220,8 +272,8 @@ def progress_bar(plan, start, enabled):
     return tqdm(total=plan.num_steps, initial=start, disable=not enabled, desc="fit", unit="step", dynamic_ncols=True)
 
 
-def report(bar, losses, every):
-    """Update the bar's loss readout (a running mean, so it is readable with noisy minibatch losses)."""
-    bar.update(1)
-    if len(losses) % every == 0:
-        bar.set_postfix(loss=f"{np.mean(losses[-every:]):.4g}")
+def report(bar, losses, window):
+    """Show the mean of the last ``window`` losses read (a running mean, so it is readable with
+    noisy minibatch losses; from the first read on)."""
+    if losses:
+        bar.set_postfix(loss=f"{np.mean(losses[-window:]):.4g}", refresh=False)

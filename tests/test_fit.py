@@ -80,6 +80,37 @@ def test_backends_take_the_same_steps():
         np.testing.assert_allclose(out[0][1][k], out[1][1][k], rtol=1e-7, atol=1e-9, err_msg=k)
 
 
+def test_losses_are_read_back_every_loss_every_steps(backend, monkeypatch):
+    """The losses are read from the device in chunks of ``loss_every`` (one transfer each), the
+    progress bar shows a running loss from the first read, and callbacks reading ``state.loss``
+    still see every step's loss."""
+    import importlib
+
+    import sparsegp_common.training as core
+
+    training = importlib.import_module(backend.lib.__name__ + ".training")
+    model, X, y = problem(backend, num_data=N)
+    options = dict(num_epochs=8, batch_size=20, lr=0.05, progress=False)
+    every_step = backend.lib.fit(model.model, model.guide, (X, y), loss_every=1, **options)
+    backend.reset()
+    model, X, y = problem(backend, num_data=N)
+    reads, shown, to_floats = [], [], training._to_floats
+    monkeypatch.setattr(training, "_to_floats", lambda v: reads.append(len(v)) or to_floats(v))
+    monkeypatch.setattr(core, "report", lambda bar, losses, window: shown.append(len(losses)))
+    chunked = backend.lib.fit(model.model, model.guide, (X, y), loss_every=10, **options)
+    assert chunked.losses.shape == (24,)
+    np.testing.assert_array_equal(chunked.losses, every_step.losses)
+    assert reads == [10, 10, 4] and shown == [10, 20, 24]  # the bar shows a loss from step 10 on
+
+    seen = []
+    backend.reset()
+    model, X, y = problem(backend, num_data=N)
+    backend.lib.fit(model.model, model.guide, (X, y), callbacks=lambda s: seen.append(s.loss), **options)
+    np.testing.assert_array_equal(seen, every_step.losses)
+    with pytest.raises(ValueError, match="loss_every"):
+        backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, loss_every=0, progress=False)
+
+
 def test_lr_schedule_and_callbacks(backend):
     model, X, y = problem(backend)
     before = backend.numpy(backend.bound(model.prior).q_mu).copy()
