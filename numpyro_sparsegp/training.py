@@ -8,7 +8,8 @@ import numpyro
 from numpyro.infer import SVI, Trace_ELBO
 
 from sparsegp_common.training import (
-    EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
+    PARAM_GROUPS_DOC, EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
+    split_param_groups,
 )
 
 __all__ = ["FitResult", "FitState", "fit"]
@@ -18,7 +19,7 @@ def fit(
     model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
     lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
     restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
-    loss_every=10, **kwargs,
+    loss_every=10, param_groups=None, **kwargs,
 ):
     """Train ``model``/``guide`` by SVI, one jit-compiled ``SVI.update`` per step.
 
@@ -36,6 +37,7 @@ def fit(
             it is traced by JAX, so write it with ``jnp`` or plain arithmetic).
         optimizer: a NumPyro optimiser class taking the step size (``numpyro.optim.Adam`` by
             default).
+        {param_groups}
         callbacks: callables ``callback(state: FitState)`` run after every step; setting
             ``state.stop = True`` ends training.
         validation: optional ``validation(params) -> float`` (lower is better), run every
@@ -66,8 +68,8 @@ def fit(
         raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
     tracker = EarlyStopping(patience)
     data = tuple(None if a is None else jnp.asarray(a) for a in data)
-    step_size = lr if lr_schedule is None else (lambda i: lr * lr_schedule(i))
-    svi = SVI(model, guide, (optimizer or numpyro.optim.Adam)(step_size), loss or Trace_ELBO())
+    optim = _grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups)
+    svi = SVI(model, guide, optim, loss or Trace_ELBO())
     # The batch is gathered inside the compiled step: one dispatch per step.
     update = jax.jit(lambda state, data, idx: svi.update(state, *_take(data, idx), **kwargs))
 
@@ -95,6 +97,53 @@ def fit(
     if restore_best and best is not None:
         state = best
     return FitResult(np.asarray(losses), svi.get_params(state), tracker.history, tracker.best_step, stopped, state)
+
+
+if fit.__doc__:  # None under python -OO
+    fit.__doc__ = fit.__doc__.format(param_groups=PARAM_GROUPS_DOC)
+
+
+def _step_size(lr, lr_schedule):
+    return lr if lr_schedule is None else (lambda i: lr * lr_schedule(i))
+
+
+def _grouped(optimizer, lr, lr_schedule, param_groups):
+    if param_groups is None:
+        return optimizer(_step_size(lr, lr_schedule))
+    return _Grouped(optimizer, lr, lr_schedule, param_groups)
+
+
+class _Grouped(numpyro.optim._NumPyroOptim):
+    """One NumPyro optimiser per parameter group (what ``optax.multi_transform`` does for optax),
+    the groups split by site name when SVI hands over the parameters."""
+
+    def __init__(self, optimizer, lr, lr_schedule, param_groups):
+        self.optimizer, self.lr, self.lr_schedule, self.param_groups = optimizer, lr, lr_schedule, param_groups
+        self.update_with_value = False
+        self.groups = None
+
+    def init(self, params):
+        self.groups = []
+        for names, lr, options in split_param_groups(sorted(params), self.param_groups, self.lr):
+            options = dict(options)
+            decay = options.pop("weight_decay", 0.0)
+            self.groups.append((names, decay, self.optimizer(_step_size(lr, self.lr_schedule), **options)))
+        states = tuple(optim.init({n: params[n] for n in names}) for names, _, optim in self.groups)
+        return jnp.array(0), states
+
+    def update(self, g, state, value=None):
+        i, states = state
+        new = []
+        for (names, decay, optim), sub in zip(self.groups, states):
+            grads = {n: g[n] for n in names}
+            if decay:
+                values = optim.get_params(sub)
+                grads = {n: grads[n] + decay * values[n] for n in names}
+            new.append(optim.update(grads, sub))
+        return i + 1, tuple(new)
+
+    def get_params(self, state):
+        return {n: v for (_, _, optim), sub in zip(self.groups, state[1]) for n, v in optim.get_params(sub).items()}
 
 
 def _to_floats(values):

@@ -7,7 +7,8 @@ import torch
 from pyro import poutine
 
 from sparsegp_common.training import (
-    EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
+    PARAM_GROUPS_DOC, EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
+    split_param_groups,
 )
 
 __all__ = ["FitResult", "FitState", "fit"]
@@ -17,7 +18,7 @@ def fit(
     model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
     lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
     restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
-    loss_every=10, **kwargs,
+    loss_every=10, param_groups=None, **kwargs,
 ):
     """Train ``model``/``guide`` by SVI; each step calls ``loss(model, guide, *batch, **kwargs)``.
 
@@ -34,6 +35,7 @@ def fit(
         lr: learning rate.
         lr_schedule: optional ``schedule(step) -> multiplier`` of ``lr`` (``step`` counts from 0).
         optimizer: a ``torch.optim.Optimizer`` class (``torch.optim.Adam`` by default).
+        {param_groups}
         callbacks: callables ``callback(state: FitState)`` run after every step; setting
             ``state.stop = True`` ends training.
         validation: optional ``validation(params) -> float`` (lower is better), run every
@@ -63,7 +65,10 @@ def fit(
 
     pyro.set_rng_seed(seed)
     names, params = _capture_params(loss_fn, model, guide, _batch(data, plan, 0), kwargs)
-    opt = (optimizer or torch.optim.Adam)(params, lr=lr)
+    by_name = dict(zip(names, params))
+    groups = [{"params": [by_name[n] for n in group], "lr": group_lr, **options}
+              for group, group_lr, options in split_param_groups(names, param_groups, lr)]
+    opt = (optimizer or torch.optim.Adam)(groups, lr=lr)
     schedule = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule)
     losses, start, best = [], 0, None
     if resume and os.path.exists(checkpoint):
@@ -96,6 +101,10 @@ def fit(
             for p, b in zip(params, best):
                 p.copy_(b)
     return FitResult(np.asarray(losses), constrained(), tracker.history, tracker.best_step, stopped, opt)
+
+
+if fit.__doc__:  # None under python -OO
+    fit.__doc__ = fit.__doc__.format(param_groups=PARAM_GROUPS_DOC)
 
 
 def _to_floats(values):

@@ -1,6 +1,7 @@
 """Backend-free pieces of the training loop ``fit``: the step plan, minibatch indices, early
 stopping, the progress bar and the result objects shared by both backends."""
 import dataclasses
+import fnmatch
 import math
 from typing import Any, Callable, Optional
 
@@ -206,6 +207,54 @@ def interval(every, plan, name):
     if not isinstance(every, (int, np.integer)) or every < 1:
         raise ValueError(f"{name} must be a positive integer, got {every!r}")
     return int(every)
+
+
+PARAM_GROUPS_DOC = """param_groups: optional list of dicts, each giving some parameters their own
+            learning rate and optimiser options, e.g. ``[{"params": "gp.net.*", "lr": 1e-3,
+            "weight_decay": 1e-4}]``. ``"params"`` selects parameters by site name: a glob pattern,
+            a list of names/patterns, or a predicate ``name -> bool``; a parameter belongs to the
+            first group that selects it, and the parameters of no group keep ``lr`` and the
+            default options. ``"lr"`` is the group's learning rate (default ``lr``; ``lr_schedule``
+            multiplies it too). ``"weight_decay"`` adds ``weight_decay * value`` to the gradient of
+            the group's (unconstrained) parameters, as torch's ``Adam`` and ``SGD`` do. Other keys
+            are keyword arguments of the group's ``optimizer`` (e.g. ``betas`` in torch, ``b1``
+            in NumPyro). Every group uses the ``optimizer`` class."""
+
+
+def split_param_groups(names, groups, lr):
+    """The parameter ``names`` split as ``fit(param_groups=...)`` asks (see ``PARAM_GROUPS_DOC``).
+
+    Returns:
+        ``[(names, lr, options), ...]``: one entry per group, then the parameters of no group with
+        ``lr`` and no options (left out when every parameter is in a group).
+    """
+    if groups is None:
+        return [(list(names), lr, {})]
+    if not isinstance(groups, (list, tuple)):
+        raise TypeError(f"param_groups must be a list of dicts, got {type(groups).__name__}")
+    remaining, out = list(names), []
+    for i, group in enumerate(groups):
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"param_groups[{i}] must be a dict with a 'params' selector, got {group!r}")
+        select = _selector(group["params"], i)
+        chosen = [n for n in remaining if select(n)]
+        if not chosen:
+            raise ValueError(f"param_groups[{i}] ({group['params']!r}) selects no parameter left; parameters: {list(names)}")
+        remaining = [n for n in remaining if n not in chosen]
+        options = {k: v for k, v in group.items() if k not in ("params", "lr")}
+        out.append((chosen, group.get("lr", lr), options))
+    if remaining:
+        out.append((remaining, lr, {}))
+    return out
+
+
+def _selector(spec, i):
+    if callable(spec):
+        return lambda name: bool(spec(name))
+    patterns = [spec] if isinstance(spec, str) else spec
+    if not isinstance(patterns, (list, tuple)) or not all(isinstance(p, str) for p in patterns):
+        raise TypeError(f"param_groups[{i}]['params'] must be a pattern, a list of patterns or a predicate, got {spec!r}")
+    return lambda name: any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every=1):

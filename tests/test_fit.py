@@ -111,6 +111,44 @@ def test_losses_are_read_back_every_loss_every_steps(backend, monkeypatch):
         backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, loss_every=0, progress=False)
 
 
+def test_param_groups_have_their_own_learning_rate(backend):
+    """A group with lr=0 does not move; the parameters of another group and of no group do."""
+    model, X, y = problem(backend, num_data=N)
+    bound = backend.bound(model.prior)
+    before = {k: backend.numpy(v).copy() for k, v in (("q_mu", bound.q_mu), ("Z", bound.features.Z))}
+    result = backend.lib.fit(
+        model.model, model.guide, (X, y), num_steps=10, lr=0.05, progress=False,
+        param_groups=[{"params": "gp.kernel.*", "lr": 0.0}, {"params": lambda n: n == "gp.features.Z", "lr": 0.1,
+                                                            "weight_decay": 1e-2}],
+    )
+    p = params_np(backend, result.params)
+    assert p["gp.kernel.lengthscale"] == pytest.approx(0.8, rel=1e-14)  # up to the exp(log(.)) round trip
+    assert p["gp.kernel.variance"] == pytest.approx(1.3, rel=1e-14)
+    assert not np.allclose(p["gp.features.Z"], before["Z"]) and not np.allclose(p["gp.q_mu"], before["q_mu"])
+    with pytest.raises(ValueError, match="selects no parameter"):
+        backend.lib.fit(model.model, model.guide, (X, y), num_steps=1, progress=False,
+                        param_groups=[{"params": "gp.net.*", "lr": 0.1}])
+    with pytest.raises(TypeError, match="param_groups"):
+        backend.lib.fit(model.model, model.guide, (X, y), num_steps=1, progress=False, param_groups=[{"lr": 0.1}])
+
+
+def test_backends_take_the_same_steps_with_param_groups():
+    """The groups (their lr, weight decay and schedule) mean the same in both backends."""
+    from backends import BACKENDS
+
+    groups = [{"params": ["gp.kernel.*", "likelihood.*"], "lr": 0.03, "weight_decay": 0.1}, {"params": "gp.q_*", "lr": 0.002}]
+    out = []
+    for name in ("pyro", "numpyro"):
+        backend = BACKENDS[name]()
+        backend.reset()
+        model, X, y = problem(backend, num_data=N)
+        result = backend.lib.fit(model.model, model.guide, (X, y), num_steps=15, batch_size=20, lr=0.01,
+                                 lr_schedule=lambda t: 0.95**t, param_groups=groups, progress=False)
+        out.append(params_np(backend, result.params))
+    for k in out[0]:
+        np.testing.assert_allclose(out[0][k], out[1][k], rtol=1e-7, atol=1e-9, err_msg=k)
+
+
 def test_lr_schedule_and_callbacks(backend):
     model, X, y = problem(backend)
     before = backend.numpy(backend.bound(model.prior).q_mu).copy()
