@@ -3,7 +3,12 @@ through a likelihood, and posterior function samples, in batches with bounded me
 
 ``params`` (e.g. ``FitResult.params``) substitutes parameter values; without it the initial values
 are used. Each batch runs in one compiled program (the last batch is padded to the same shape).
+The programs are compiled once per prior (and likelihood) object, option and batch shape: the
+parameter values are arguments, not constants, so later calls (other values, the same shapes) reuse
+them.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 from numpyro import handlers
@@ -24,9 +29,37 @@ def _map_batches(fn, X, batch_size, *extra):
     size = min(batch_size, n)
     pad = -n % size
     Xp = jnp.concatenate([X, jnp.repeat(X[-1:], pad, axis=0)]) if pad else X
-    compiled = jax.jit(fn)
+    compiled = fn if hasattr(fn, "lower") else jax.jit(fn)  # already jitted: its cache is kept
     parts = [compiled(Xp[i : i + size], i, *extra) for i in range(0, n + pad, size)]
     return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[:n], *parts)
+
+
+def _values(params, *objects):
+    """Every parameter value the objects read (``params`` where given, else their own values), as
+    the argument of the compiled programs."""
+    with handlers.trace() as trace, handlers.substitute(data=params or {}):
+        for obj in objects:
+            obj.bind()
+    return {name: site["value"] for name, site in trace.items() if site["type"] == "param"}
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _moments(Xb, batch, values, prior, full_cov):
+    with handlers.substitute(data=values):
+        return prior.bind().posterior().marginals(Xb, full_cov=full_cov)
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
+def _predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples):
+    key = jax.random.fold_in(key, batch)
+    with handlers.substitute(data=values):
+        mean, var = prior.bind().posterior().marginals(Xb)
+        bound = likelihood.bind()
+        moments = bound.predictive_moments(mean, var, key=key)
+        if levels is None:
+            return moments, None
+        q = bound.predictive_quantiles(mean, var, jnp.asarray(levels, mean.dtype), num_samples, key=key)
+        return moments, q.T  # batches are concatenated along the first axis
 
 
 def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
@@ -44,14 +77,10 @@ def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
         mean ``(N,)`` (``(N, L)``) and variance of the same shape, or covariance.
     """
     X = checks.inputs(X, "X", prior.input_dim)
-
-    def moments(Xb, batch, values):
-        with handlers.substitute(data=values):
-            return prior.bind().posterior().marginals(Xb, full_cov=full_cov)
-
+    values = _values(params, prior)
     if full_cov:
-        return jax.jit(moments)(X, 0, params or {})
-    return _map_batches(moments, X, batch_size, params or {})
+        return _moments(X, 0, values, prior, True)
+    return _map_batches(_moments, X, batch_size, values, prior, False)
 
 
 def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
@@ -69,19 +98,9 @@ def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samp
     """
     levels = None if quantiles is None else checks.probabilities(quantiles, "quantiles")
     X = checks.inputs(X, "X", prior.input_dim)
-
-    def predictive(Xb, batch, values, key):
-        key = jax.random.fold_in(key, batch)
-        with handlers.substitute(data=values):
-            mean, var = prior.bind().posterior().marginals(Xb)
-            bound = likelihood.bind()
-            moments = bound.predictive_moments(mean, var, key=key)
-            if levels is None:
-                return moments, None
-            q = bound.predictive_quantiles(mean, var, jnp.asarray(levels, mean.dtype), num_samples, key=key)
-            return moments, q.T  # batches are concatenated along the first axis
-
-    (mean, var), q = _map_batches(predictive, X, batch_size, params or {}, jax.random.PRNGKey(seed))
+    values = _values(params, prior, likelihood)
+    (mean, var), q = _map_batches(_predictive, X, batch_size, values, jax.random.PRNGKey(seed), prior, likelihood,
+                                  levels, num_samples)
     return Prediction(mean, var, None if q is None else q.T)
 
 

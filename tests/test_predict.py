@@ -112,3 +112,23 @@ def test_bad_prediction_arguments(backend, kwargs, match):
         model.predict_y(X, **kwargs)
     with pytest.raises(ValueError, match="X"):
         model.predict_y(X[:, :1])
+
+
+def test_numpyro_predictions_compile_once_per_object_and_shape():
+    """A second call with the same object and shapes (other parameter values included) reuses the
+    compiled program; another batch shape, option or object compiles a new one."""
+    from numpyro_sparsegp import predict
+
+    backend = NumPyroBackend()
+    model, X, _ = build(backend, "gaussian", whiten=True, diagonal=False)
+    model.predict_f(X, batch_size=8)
+    model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
+    counts = predict._moments._cache_size(), predict._predictive._cache_size()
+    first = backend.numpy(model.predict_f(X, batch_size=8)[0])
+    model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
+    moved = model.predict_f(X, batch_size=8, params={"gp.q_mu": backend.array(np.zeros(7))})[0]
+    assert (predict._moments._cache_size(), predict._predictive._cache_size()) == counts
+    np.testing.assert_allclose(backend.numpy(moved), 0.0, atol=1e-14)  # the values are not baked in
+    np.testing.assert_array_equal(backend.numpy(model.predict_f(X, batch_size=8)[0]), first)
+    model.predict_f(X, batch_size=5)
+    assert predict._moments._cache_size() == counts[0] + 1
