@@ -62,6 +62,9 @@ def _diag_embed(d):
 _lower_cholesky = _LowerCholeskyTransform.codomain
 biject_to.register(_LowerCholesky, lambda constraint: _LowerCholeskyTransform())
 
+_bind_logs = []  # lists that record (object, prefix) of every bind(); see training.fit
+
+
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": _lower_cholesky}
 
 
@@ -102,6 +105,8 @@ class Parameterized:
         if self._bound:
             return self
         prefix = self._name if prefix is None else prefix
+        for log in _bind_logs:
+            log.append((self, prefix))
         new = copy.copy(self)
         for name, constraint in self._constraints.items():
             setattr(new, name, numpyro.param(_join(prefix, name), getattr(self, name), constraint=constraint))

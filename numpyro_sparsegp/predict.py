@@ -1,8 +1,8 @@
 """Prediction from any GP prior component: latent moments, observed-value moments and quantiles
 through a likelihood, and posterior function samples, in batches with bounded memory.
 
-``params`` (e.g. ``FitResult.params``) substitutes parameter values; without it the initial values
-are used. Each batch runs in one compiled program (the last batch is padded to the same shape).
+``params`` (e.g. ``FitResult.params``) substitutes parameter values; without it the objects' own
+values are used (the trained ones after ``fit``, which writes them back). Each batch runs in one compiled program (the last batch is padded to the same shape).
 The programs are compiled once per prior (and likelihood) object, option and batch shape: the
 parameter values are arguments, not constants, so later calls (other values, the same shapes) reuse
 them.
@@ -71,7 +71,8 @@ def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
         full_cov: return the ``(N, N)`` (``(L, N, N)``) covariance instead of variances; then
             ``X`` is not batched.
         batch_size: rows per batch for the diagonal case (memory is O(batch_size * M)).
-        params: optional ``{name: value}`` parameter values (e.g. ``FitResult.params``).
+        params: optional ``{name: value}`` parameter values (e.g. ``FitResult.params``; by
+            default the object's own values, which ``fit`` sets to the trained ones).
 
     Returns:
         mean ``(N,)`` (``(N, L)``) and variance of the same shape, or covariance.

@@ -1,4 +1,5 @@
 """``fit``: stochastic variational inference for any NumPyro model/guide pair."""
+import contextlib
 import os
 
 import jax
@@ -11,6 +12,8 @@ from sparsegp_common.training import (
     PARAM_GROUPS_DOC, EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
     split_param_groups,
 )
+
+from . import params as _params
 
 __all__ = ["FitResult", "FitState", "fit"]
 
@@ -59,6 +62,14 @@ def fit(
     Returns:
         FitResult: losses ``(num_steps,)``, final (constrained) params, validation history and
         the final ``SVIState``.
+
+    The final params are also written back into the library objects (kernels, priors,
+    likelihoods, ...) whose parameters the model and guide read, whichever way they reach them
+    (bound methods, closures, globals): every object whose ``bind()`` runs during ``SVI.init``
+    gets the values of its sites ``<name>.<attribute>``. So ``predict_f(prior, X)`` after
+    ``fit`` uses the trained values without ``params=``, and a second ``fit`` continues from
+    them, as the Pyro backend does through its param store. Parameters of other guides (e.g.
+    autoguides) are only in ``FitResult.params``.
     """
     plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
     check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
@@ -73,7 +84,8 @@ def fit(
     # The batch is gathered inside the compiled step: one dispatch per step.
     update = jax.jit(lambda state, data, idx: svi.update(state, *_take(data, idx), **kwargs))
 
-    state = svi.init(jax.random.PRNGKey(seed), *_batch(data, plan, 0), **kwargs)
+    with _binds() as bound:  # the library objects the model and guide read their parameters through
+        state = svi.init(jax.random.PRNGKey(seed), *_batch(data, plan, 0), **kwargs)
     losses, start, best = [], 0, None
     if resume and os.path.exists(checkpoint):
         start, losses, state, best = _load(checkpoint, state, tracker)
@@ -96,7 +108,29 @@ def fit(
     state = current[0]
     if restore_best and best is not None:
         state = best
-    return FitResult(np.asarray(losses), svi.get_params(state), tracker.history, tracker.best_step, stopped, state)
+    params = svi.get_params(state)
+    _write_back(bound, params)
+    return FitResult(np.asarray(losses), params, tracker.history, tracker.best_step, stopped, state)
+
+
+@contextlib.contextmanager
+def _binds():
+    """Record ``(object, prefix)`` of every ``Parameterized.bind()`` run inside the block."""
+    log = []
+    _params._bind_logs.append(log)
+    try:
+        yield log
+    finally:
+        _params._bind_logs.remove(log)
+
+
+def _write_back(bound, params):
+    """Make the final values the objects' own values, where predictions (and a next ``fit``) read them."""
+    for obj, prefix in bound:
+        for name in obj._constraints:
+            key = f"{prefix}.{name}" if prefix else name
+            if key in params:
+                setattr(obj, name, params[key])
 
 
 if fit.__doc__:  # None under python -OO

@@ -149,6 +149,23 @@ def test_backends_take_the_same_steps_with_param_groups():
         np.testing.assert_allclose(out[0][k], out[1][k], rtol=1e-7, atol=1e-9, err_msg=k)
 
 
+@pytest.mark.parametrize("user", [False, True])
+def test_predictions_after_fit_use_the_trained_values(backend, user):
+    """predict_f after fit equals predict_f(params=result.params): Pyro reads the param store,
+    NumPyro's fit writes the values back into the objects the model and guide used (here through
+    GPModel's bound methods, or a user model closing over the component)."""
+    model, X, y = problem(backend, num_data=N)
+    prior = model.prior
+    fn, guide = backend.user_model(prior, 0.1) if user else (model.model, model.guide)
+    initial = backend.numpy(prior.predict_f(X)[0]).copy()
+    result = backend.lib.fit(fn, guide, (X, y), num_steps=20, lr=0.05, progress=False)
+    after, var = (backend.numpy(a) for a in prior.predict_f(X))
+    expected, expected_var = (backend.numpy(a) for a in prior.predict_f(X, params=result.params))
+    np.testing.assert_allclose(after, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(var, expected_var, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(after, initial)
+
+
 def test_lr_schedule_and_callbacks(backend):
     model, X, y = problem(backend)
     before = backend.numpy(backend.bound(model.prior).q_mu).copy()
