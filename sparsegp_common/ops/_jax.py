@@ -86,3 +86,32 @@ def recurrence(step, first, second, coefficients, count):
 
     rest = lax.scan(body, (first, second), xs)[1]
     return jnp.moveaxis(jnp.concatenate([first[None], second[None], rest]), 0, -1)
+
+
+# ---------------------------------------------------------------- deep basis kernels (sparsegp_common.dbk)
+
+
+def _wide_dtype():
+    """float64 when JAX has it enabled (``jax_enable_x64``), else float32."""
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
+def wide(x, like):
+    """``x`` in the dtype that the deep basis kernels accumulate in (float64 with ``jax_enable_x64``)."""
+    return jnp.asarray(x, dtype=_wide_dtype())
+
+
+def cast_like(x, like):
+    """``x`` in the dtype of ``like``."""
+    return x.astype(like.dtype)
+
+
+def dbk_moments(Phi, y, s=None):
+    """``Phi^T S^-1 Phi``, ``Phi^T S^-1 y``, ``y^T S^-1 y`` (wide) and ``|phi_n|^2`` (dtype of
+    ``Phi``) for ``S = diag(s)`` (``s`` wide ``(N,)``; None: ``S = I``), as plain products."""
+    P, t = Phi.astype(_wide_dtype()), y.astype(_wide_dtype())
+    sq = (Phi**2).sum(-1)
+    if s is None:
+        return P.T @ P, P.T @ t, (t**2).sum(), sq
+    scaled = P / s[:, None]
+    return P.T @ scaled, scaled.T @ t, (t**2 / s).sum(), sq

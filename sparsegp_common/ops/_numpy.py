@@ -55,3 +55,27 @@ def recurrence(step, first, second, coefficients, count):
     for i in range(count - 2):
         terms.append(step(terms[-2], terms[-1], *(float(c[i]) for c in coefficients)))
     return np.stack(terms[:count], -1)
+
+
+# ---------------------------------------------------------------- deep basis kernels (sparsegp_common.dbk)
+
+
+def wide(x, like):
+    """``x`` in the dtype that the deep basis kernels accumulate in (float64)."""
+    return np.asarray(x, dtype=np.float64)
+
+
+def cast_like(x, like):
+    """``x`` in the dtype of ``like``."""
+    return x.astype(like.dtype, copy=False)
+
+
+def dbk_moments(Phi, y, s=None):
+    """``Phi^T S^-1 Phi``, ``Phi^T S^-1 y``, ``y^T S^-1 y`` (float64) and ``|phi_n|^2`` (dtype of
+    ``Phi``) for ``S = diag(s)`` (``s`` float64 ``(N,)``; None: ``S = I``), as plain products."""
+    P, t = Phi.astype(np.float64), y.astype(np.float64)
+    sq = (Phi**2).sum(-1)
+    if s is None:
+        return P.T @ P, P.T @ t, (t**2).sum(), sq
+    scaled = P / s[:, None]
+    return P.T @ scaled, scaled.T @ t, (t**2 / s).sum(), sq

@@ -117,3 +117,75 @@ def recurrence(step, first, second, coefficients, count):
     for i in range(count - 2):
         terms.append(step(terms[-2], terms[-1], *(float(c[i]) for c in coefficients)))
     return torch.stack(terms[:count], -1)
+
+
+# ---------------------------------------------------------------- deep basis kernels (sparsegp_common.dbk)
+
+
+def wide(x, like):
+    """``x`` in the dtype that the deep basis kernels accumulate in (float64), on ``like``'s device."""
+    return torch.as_tensor(x, dtype=torch.float64, device=like.device)
+
+
+def cast_like(x, like):
+    """``x`` in the dtype and on the device of ``like``."""
+    return x.to(like)
+
+
+def dbk_moments(Phi, y, s=None):
+    """``Phi^T S^-1 Phi``, ``Phi^T S^-1 y``, ``y^T S^-1 y`` (float64) and ``|phi_n|^2`` (dtype of
+    ``Phi``) for ``S = diag(s)`` (``s`` float64 ``(N,)``; None: ``S = I``), by the blocked
+    :class:`_Moments` (rows scaled by ``s^-1/2`` first)."""
+    if s is None:
+        gram, b, sq = _Moments.apply(Phi, y)
+        return gram, b, (y.to(torch.float64) ** 2).sum(), sq
+    w = s.rsqrt()
+    gram, b, sq = _Moments.apply(Phi * w.to(Phi.dtype).unsqueeze(-1), y * w.to(y.dtype))
+    return gram, b, ((y.to(torch.float64) * w) ** 2).sum(), sq * s.to(sq.dtype)
+
+
+MOMENT_CHUNK = 4096  # rows per block of :class:`_Moments`: its float64 temporaries stay in cache
+
+
+class _Moments(torch.autograd.Function):
+    """``Phi^T Phi``, ``Phi^T y`` (float64) and ``|phi_n|^2`` (dtype of ``Phi``) in one pass over
+    blocks of rows, and the gradient in one more: no (N, r) temporary besides the gradient itself
+    (at large N, separate elementwise passes over GB-sized arrays dominated the step)."""
+
+    @staticmethod
+    def forward(ctx, Phi, y):
+        r = Phi.shape[-1]
+        gram = Phi.new_zeros((r, r), dtype=torch.float64)
+        b = Phi.new_zeros((r,), dtype=torch.float64)
+        sq = Phi.new_empty(Phi.shape[:1])
+        for rows in _blocks(Phi.shape[0]):
+            P = Phi[rows].to(torch.float64)
+            gram.addmm_(P.transpose(-1, -2), P)
+            b.addmv_(P.transpose(-1, -2), y[rows].to(torch.float64))
+            sq[rows] = (P * P).sum(-1)
+        ctx.save_for_backward(Phi, y)
+        return gram, b, sq
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_gram, grad_b, grad_sq):
+        Phi, y = ctx.saved_tensors
+        r = Phi.shape[-1]
+        sym = Phi.new_zeros((r, r), dtype=torch.float64) if grad_gram is None else grad_gram + grad_gram.transpose(-1, -2)
+        grad_b = Phi.new_zeros((r,), dtype=torch.float64) if grad_b is None else grad_b
+        grad_Phi = torch.empty_like(Phi) if ctx.needs_input_grad[0] else None
+        grad_y = torch.empty_like(y) if ctx.needs_input_grad[1] else None
+        for rows in _blocks(Phi.shape[0]):
+            P = Phi[rows].to(torch.float64)
+            if grad_Phi is not None:
+                g = P @ sym + y[rows].to(torch.float64).unsqueeze(-1) * grad_b
+                if grad_sq is not None:
+                    g += 2 * grad_sq[rows].to(torch.float64).unsqueeze(-1) * P
+                grad_Phi[rows] = g
+            if grad_y is not None:
+                grad_y[rows] = P @ grad_b
+        return grad_Phi, grad_y
+
+
+def _blocks(n):
+    return (slice(s, min(s + MOMENT_CHUNK, n)) for s in range(0, n, MOMENT_CHUNK))
