@@ -1,40 +1,12 @@
-"""An observation distribution scored by the expected log-likelihood under q(f)."""
-import jax
-import jax.numpy as jnp
+"""An observation distribution scored by the expected log-likelihood under q(f) (see
+:mod:`sparsegp_common.distributions`), as a NumPyro distribution."""
 from numpyro.distributions import Distribution
 
+from sparsegp_common import distributions as core
 
-class ExpectedLikelihood(Distribution):
-    """Observations ``y`` whose ``log_prob`` is ``E_q[log p(y | f)]`` with ``q(f) = N(f_loc, f_var)``.
 
-    Used as the observed site of :class:`~numpyro_sparsegp.GPModel`, it turns NumPyro's ELBO
-    into the uncollapsed SVGP bound of Hensman et al. with a closed-form or quadrature data
-    term; ``sample()`` draws ``f ~ q(f)`` and then ``y ~ p(y | f)``, i.e. the posterior
-    predictive. Shapes: ``f_loc``/``f_var`` are ``(N,)`` (``(N, C)`` for multi-latent
-    likelihoods). ``likelihood`` must be bound (``likelihood.bind()``). Given ``obs``, its
-    log-density is computed at construction, like the Pyro twin.
-    """
-
-    arg_constraints = {}
-
-    def __init__(self, likelihood, f_loc, f_var, obs=None, validate_args=None):
-        self.likelihood, self.f_loc, self.f_var = likelihood, f_loc, f_var
-        self._obs = obs
-        self._obs_log_prob = None if obs is None else likelihood.expected_log_prob(obs, f_loc, f_var)
-        batch_shape = f_loc.shape if likelihood.num_latent is None else f_loc.shape[:-1]
-        super().__init__(batch_shape, (), validate_args=validate_args)
-
-    @property
-    def support(self):
-        return self.likelihood.support
-
-    def log_prob(self, value):
-        if value is self._obs:
-            return self._obs_log_prob
-        return self.likelihood.expected_log_prob(value, self.f_loc, self.f_var)
+class ExpectedLikelihood(core.ExpectedLikelihood, Distribution):
+    __doc__ = core.ExpectedLikelihood.__doc__
 
     def sample(self, key, sample_shape=()):
-        key_f, key_y = jax.random.split(key)
-        eps = jax.random.normal(key_f, tuple(sample_shape) + self.f_loc.shape, dtype=self.f_loc.dtype)
-        f = self.f_loc + jnp.sqrt(self.f_var) * eps
-        return self.likelihood.forward(f).sample(key_y)
+        return self._draw(key, sample_shape)

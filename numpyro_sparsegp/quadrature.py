@@ -1,21 +1,11 @@
-"""Expectations of ``fn(f)`` under ``f ~ N(mean, var)``: Gauss-Hermite or Monte Carlo."""
-import jax
-import jax.numpy as jnp
-
-from sparsegp_common.quadrature import standard_normal_nodes
-
-
-def gauss_hermite(fn, mean, var, num_points=20):
-    """``E[fn(f)]`` by ``num_points``-node Gauss-Hermite quadrature; ``fn`` maps an array of
-    shape ``mean.shape + (num_points,)`` elementwise to the same shape."""
-    z, w = standard_normal_nodes(num_points)
-    z, w = jnp.asarray(z, dtype=mean.dtype), jnp.asarray(w, dtype=mean.dtype)
-    f = mean[..., None] + jnp.sqrt(var)[..., None] * z
-    return fn(f) @ w
+"""Expectations of ``fn(f)`` under ``f ~ N(mean, var)`` (see :mod:`sparsegp_common.quadrature`);
+Monte Carlo draws come from a JAX PRNG ``key``."""
+from sparsegp_common import quadrature as core
+from sparsegp_common.quadrature import gauss_hermite  # noqa: F401  (re-exported)
 
 
 def monte_carlo(fn, mean, var, num_samples, key):
-    """Unbiased reparameterised estimate of ``E[fn(f)]`` from ``num_samples`` draws, with
-    ``fn`` mapping ``(num_samples,) + mean.shape`` to the same shape."""
-    eps = jax.random.normal(key, (num_samples,) + mean.shape, dtype=mean.dtype)
-    return fn(mean + jnp.sqrt(var) * eps).mean(0)
+    return core.monte_carlo(fn, mean, var, num_samples, key)
+
+
+monte_carlo.__doc__ = core.monte_carlo.__doc__

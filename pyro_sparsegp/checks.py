@@ -59,3 +59,11 @@ def integer_valued(y, name):
     if not bool((y == torch.round(y)).all()):
         raise ValueError(f"{name} must hold integers")
     return y
+
+
+as_array = as_tensor  # the name the backend-free core uses
+
+
+def all_true(predicate, tensor):
+    """``predicate(tensor).all()`` as a Python bool."""
+    return bool(predicate(tensor).all())

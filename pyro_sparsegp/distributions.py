@@ -1,39 +1,14 @@
-"""An observation distribution scored by the expected log-likelihood under q(f)."""
+"""An observation distribution scored by the expected log-likelihood under q(f) (see
+:mod:`sparsegp_common.distributions`), as a Pyro distribution."""
 import torch
 from pyro.distributions import TorchDistribution
 
+from sparsegp_common import distributions as core
 
-class ExpectedLikelihood(TorchDistribution):
-    """Observations ``y`` whose ``log_prob`` is ``E_q[log p(y | f)]`` with ``q(f) = N(f_loc, f_var)``.
 
-    Used as the observed site of :class:`~pyro_sparsegp.GPModel`, it turns Pyro's ELBO into the
-    uncollapsed SVGP bound of Hensman et al. with a closed-form or quadrature data term;
-    ``sample()`` draws ``f ~ q(f)`` and then ``y ~ p(y | f)``, i.e. the posterior predictive.
-    Shapes: ``f_loc``/``f_var`` are ``(N,)`` (``(N, C)`` for multi-latent likelihoods). Given
-    ``obs``, its log-density is computed at construction, inside the model, so that the
-    likelihood's parameters are read (and registered) there, as other distributions capture theirs.
-    """
-
-    arg_constraints = {}
-
-    def __init__(self, likelihood, f_loc, f_var, obs=None, validate_args=None):
-        self.likelihood, self.f_loc, self.f_var = likelihood, f_loc, f_var
-        self._obs = obs
-        self._obs_log_prob = None if obs is None else likelihood.expected_log_prob(obs, f_loc, f_var)
-        batch_shape = f_loc.shape if likelihood.num_latent is None else f_loc.shape[:-1]
-        super().__init__(batch_shape, torch.Size(), validate_args=validate_args)
-
-    @property
-    def support(self):
-        return self.likelihood.support
-
-    def log_prob(self, value):
-        if value is self._obs:
-            return self._obs_log_prob
-        return self.likelihood.expected_log_prob(value, self.f_loc, self.f_var)
+class ExpectedLikelihood(core.ExpectedLikelihood, TorchDistribution):
+    __doc__ = core.ExpectedLikelihood.__doc__
 
     def sample(self, sample_shape=torch.Size()):
         with torch.no_grad():
-            shape = torch.Size(sample_shape) + self.f_loc.shape
-            f = self.f_loc + self.f_var.sqrt() * torch.randn(shape, dtype=self.f_loc.dtype, device=self.f_loc.device)
-            return self.likelihood(f).sample()
+            return self._draw(None, sample_shape)

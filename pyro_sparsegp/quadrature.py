@@ -1,21 +1,11 @@
-"""Expectations of ``fn(f)`` under ``f ~ N(mean, var)``: Gauss-Hermite or Monte Carlo."""
-import torch
-
-from sparsegp_common.quadrature import standard_normal_nodes
-
-
-def gauss_hermite(fn, mean, var, num_points=20):
-    """``E[fn(f)]`` by ``num_points``-node Gauss-Hermite quadrature; ``fn`` maps a tensor of
-    shape ``mean.shape + (num_points,)`` elementwise to the same shape."""
-    z, w = standard_normal_nodes(num_points)
-    z = torch.as_tensor(z, dtype=mean.dtype, device=mean.device)
-    w = torch.as_tensor(w, dtype=mean.dtype, device=mean.device)
-    f = mean.unsqueeze(-1) + var.sqrt().unsqueeze(-1) * z
-    return fn(f) @ w
+"""Expectations of ``fn(f)`` under ``f ~ N(mean, var)`` (see :mod:`sparsegp_common.quadrature`);
+Monte Carlo draws come from torch's global RNG."""
+from sparsegp_common import quadrature as core
+from sparsegp_common.quadrature import gauss_hermite  # noqa: F401  (re-exported)
 
 
 def monte_carlo(fn, mean, var, num_samples):
-    """Unbiased reparameterised estimate of ``E[fn(f)]`` from ``num_samples`` draws, with
-    ``fn`` mapping ``(num_samples,) + mean.shape`` to the same shape."""
-    eps = torch.randn((num_samples,) + mean.shape, dtype=mean.dtype, device=mean.device)
-    return fn(mean + var.sqrt() * eps).mean(0)
+    return core.monte_carlo(fn, mean, var, num_samples)
+
+
+monte_carlo.__doc__ = core.monte_carlo.__doc__

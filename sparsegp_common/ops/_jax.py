@@ -115,3 +115,38 @@ def dbk_moments(Phi, y, s=None):
         return P.T @ P, P.T @ t, (t**2).sum(), sq
     scaled = P / s[:, None]
     return P.T @ scaled, scaled.T @ t, (t**2 / s).sum(), sq
+
+
+# special functions for the likelihoods
+
+def softplus(x):
+    return jax.nn.softplus(x)
+
+
+def lgamma(x):
+    return jax.scipy.special.gammaln(x)
+
+
+def ndtr(x):
+    return jax.scipy.special.ndtr(x)
+
+
+def log_ndtr(x):
+    return jax.scipy.special.log_ndtr(x)
+
+
+def logsumexp(x, axis=-1):
+    return jax.nn.logsumexp(x, axis)
+
+
+def softmax(x, axis=-1):
+    return jax.nn.softmax(x, axis)
+
+
+def quantile(x, q, axis=0, method="linear"):
+    return jnp.quantile(x, q, axis=axis, method=method)
+
+
+def as_index(x):
+    """Integer labels as the library's index dtype (int32)."""
+    return jnp.asarray(x, jnp.int32)

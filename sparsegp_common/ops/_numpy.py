@@ -79,3 +79,47 @@ def dbk_moments(Phi, y, s=None):
         return P.T @ P, P.T @ t, (t**2).sum(), sq
     scaled = P / s[:, None]
     return P.T @ scaled, scaled.T @ t, (t**2 / s).sum(), sq
+
+
+# special functions for the likelihoods (SciPy, imported when used)
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def lgamma(x):
+    from scipy import special
+
+    return special.gammaln(x)
+
+
+def ndtr(x):
+    from scipy import special
+
+    return special.ndtr(x)
+
+
+def log_ndtr(x):
+    from scipy import special
+
+    return special.log_ndtr(x)
+
+
+def logsumexp(x, axis=-1):
+    from scipy import special
+
+    return special.logsumexp(x, axis=axis)
+
+
+def softmax(x, axis=-1):
+    from scipy import special
+
+    return special.softmax(x, axis=axis)
+
+
+def quantile(x, q, axis=0, method="linear"):
+    return np.quantile(x, q, axis=axis, method=method)
+
+
+def as_index(x):
+    return np.asarray(x).astype(np.int64)

@@ -189,3 +189,38 @@ class _Moments(torch.autograd.Function):
 
 def _blocks(n):
     return (slice(s, min(s + MOMENT_CHUNK, n)) for s in range(0, n, MOMENT_CHUNK))
+
+
+# special functions for the likelihoods
+
+def softplus(x):
+    return torch.nn.functional.softplus(x)
+
+
+def lgamma(x):
+    return torch.lgamma(x)
+
+
+def ndtr(x):
+    return torch.special.ndtr(x)
+
+
+def log_ndtr(x):
+    return torch.special.log_ndtr(x)
+
+
+def logsumexp(x, axis=-1):
+    return torch.logsumexp(x, axis)
+
+
+def softmax(x, axis=-1):
+    return torch.softmax(x, axis)
+
+
+def quantile(x, q, axis=0, method="linear"):
+    return torch.quantile(x, q, dim=axis, interpolation=method)
+
+
+def as_index(x):
+    """Integer labels as the library's index dtype (int64)."""
+    return x.long()
