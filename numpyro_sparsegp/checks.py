@@ -49,9 +49,12 @@ def positive(value, name, like=None):
     return array
 
 
-def inputs(X, name="X", input_dim=None):
-    """Inputs as an (N, D) array; 1-D inputs are read as (N, 1)."""
-    X = finite(as_array(X, name), name)
+def inputs(X, name="X", input_dim=None, values=True):
+    """Inputs as an (N, D) array; 1-D inputs are read as (N, 1); NaN/inf is an error
+    unless ``values=False`` (shape only: the caller checks the rows it uses)."""
+    X = as_array(X, name)
+    if values:
+        finite(X, name)
     if X.ndim == 1:
         X = X[:, None]
     if X.ndim != 2:

@@ -17,16 +17,5 @@ class Likelihood(core.Likelihood, Parameterized):
     def __call__(self, f):
         return self.bind().forward(f)
 
-    @staticmethod
-    def _key(key):
-        key = numpyro.prng_key() if key is None else key
-        if key is None:
-            raise ValueError("Monte Carlo estimates need `key` or a numpyro seed handler")
-        return key
-
-    @staticmethod
-    def _sample(distribution, key):
-        return distribution.sample(key)
-
 
 Gaussian, Poisson, Bernoulli, StudentT, Softmax = adapt(core.CLASSES, module=__name__, known={core.Likelihood: Likelihood})

@@ -17,7 +17,7 @@ from numpyro.distributions.transforms import LowerCholeskyTransform, biject_to
 
 from sparsegp_common import adapt as _adapt
 
-from . import checks
+from . import checks, sites
 
 
 def _join(prefix, name):
@@ -72,7 +72,7 @@ class Parameterized:
     """Base class with named, constrained parameters (see the module docstring)."""
 
     _adapted = {}  # core class -> NumPyro class, filled by adapt()
-    _checks, _dist = checks, numpyro.distributions
+    _checks, _sites, _dist = checks, sites, numpyro.distributions
 
     def __init__(self, name=""):
         self._name = name

@@ -3,7 +3,6 @@ NumPyro parameters: frequencies come from ``numpyro.prng_key()`` (or an explicit
 collapsed loss is a NumPyro ``ELBO``."""
 import jax
 import jax.numpy as jnp
-import numpyro
 from numpyro import handlers
 from numpyro.infer.elbo import ELBO
 
@@ -27,12 +26,6 @@ _OrthogonalFeatures, HermiteFeatures = adapt(
 class SpectralFeatures(core.SpectralFeatures, _OrthogonalFeatures):
     __doc__ = core.SpectralFeatures.__doc__
 
-    def _key(self, key):
-        key = numpyro.prng_key() if key is None else key
-        if key is None:
-            raise ValueError("Monte Carlo VOF estimators need a PRNG key: pass key= or run under handlers.seed")
-        return key
-
     def draw_frequencies(self, key, dtype=jnp.float64):
         """:meth:`frequencies` drawn from the PRNG key ``key``."""
         return self.frequencies(key, dtype)
@@ -51,25 +44,6 @@ def estimated_moments(prior, X, u=None, key=None):
 class VOFModel(core.VOFModel, GPModel):
     __doc__ = core.VOFModel.__doc__
     _gaussian = Gaussian
-
-    def model(self, X, y=None, subsample_size=None):
-        """Args as :meth:`GPModel.model`, but ``y`` is required (the data term is a factor)."""
-        self._check_y(y)
-        X, y = self._data(X, y)
-        plate, select = self._plate(X.shape[0], subsample_size)
-        prior, likelihood = self.prior.bind(), self.likelihood.bind()
-        posterior = prior.posterior()
-        u = numpyro.sample(f"{prior.name}.u", posterior.prior_u().mask(False))
-        numpyro.factor(f"{prior.name}.kl", -posterior.kl())
-        with plate as idx:
-            mean, var = estimated_moments(prior, select(X, idx), u)
-            numpyro.factor("y", likelihood.expected_log_prob(select(y, idx), mean, var))
-
-    def elbo(self, X, y, key=None):
-        """The collapsed estimate (full batch, scaled to ``num_data``), a differentiable scalar;
-        ``key`` for the frequencies (default ``numpyro.prng_key()``)."""
-        X, y = self._data(X, y)
-        return self._collapsed(self.prior.bind(), self.likelihood.bind(), X, y, key)
 
 
 class CollapsedELBO(ELBO):

@@ -37,9 +37,12 @@ def positive(value, name, like=None):
     return tensor
 
 
-def inputs(X, name="X", input_dim=None):
-    """Inputs as an (N, D) tensor; 1-D inputs are read as (N, 1)."""
-    X = finite(as_tensor(X, name), name)
+def inputs(X, name="X", input_dim=None, values=True):
+    """Inputs as an (N, D) tensor; 1-D inputs are read as (N, 1); NaN/inf is an error
+    unless ``values=False`` (shape only: the caller checks the rows it uses)."""
+    X = as_tensor(X, name)
+    if values:
+        finite(X, name)
     if X.dim() == 1:
         X = X.unsqueeze(-1)
     if X.dim() != 2:

@@ -16,7 +16,7 @@ from torch.distributions import constraints
 
 from sparsegp_common import adapt as _adapt
 
-from . import checks
+from . import checks, sites
 
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": constraints.lower_cholesky}
 
@@ -25,7 +25,7 @@ class Parameterized(PyroModule):
     """A :class:`~pyro.nn.PyroModule` with a helper to declare constrained parameters."""
 
     _adapted = {}  # core class -> Pyro class, filled by adapt()
-    _checks, _dist = checks, pyro.distributions
+    _checks, _sites, _dist = checks, sites, pyro.distributions
 
     def __init__(self, name=""):
         super().__init__(name)

@@ -42,25 +42,6 @@ class VOFModel(core.VOFModel, GPModel):
     __doc__ = core.VOFModel.__doc__
     _gaussian = Gaussian
 
-    def model(self, X, y=None, subsample_size=None):
-        """Args as :meth:`GPModel.model`, but ``y`` is required (the data term is a factor)."""
-        self._check_y(y)
-        X, y = self._data(X, y)
-        plate, select = self._plate(X.shape[0], subsample_size, X.device)
-        with active(self.prior, self.likelihood):
-            posterior = self.prior.posterior()
-            u = pyro.sample(f"{self.prior.name}.u", posterior.prior_u().mask(False))
-            pyro.factor(f"{self.prior.name}.kl", -posterior.kl())
-            with plate as idx:
-                mean, var = estimated_moments(self.prior, select(X, idx), u)
-                pyro.factor("y", self.likelihood.expected_log_prob(select(y, idx), mean, var))
-
-    def elbo(self, X, y):
-        """The collapsed estimate (full batch, scaled to ``num_data``), a differentiable scalar."""
-        X, y = self._data(X, y)
-        with active(self.prior, self.likelihood):
-            return self._collapsed(self.prior, self.likelihood, X, y)
-
 
 class CollapsedELBO:
     """The collapsed VOF objective as a callable loss: ``loss(model, guide, X, y) = -elbo(X, y)``

@@ -40,4 +40,4 @@ class ExpectedLikelihood:
         key_f, key_y = ops.split(key, 2)
         eps = ops.normal(key_f, tuple(sample_shape) + tuple(self.f_loc.shape), self.f_loc)
         f = self.f_loc + xp.sqrt(self.f_var) * eps
-        return self.likelihood._sample(self.likelihood(f), key_y)
+        return self.likelihood._sites.draw(self.likelihood(f), key_y)

@@ -64,7 +64,7 @@ class Likelihood:
 
         The Monte Carlo option draws from ``key`` (see the module docstring)."""
         if self.num_samples is not None:
-            return monte_carlo(lambda f: self.log_prob(y, f), mean, var, self.num_samples, self._key(key))
+            return monte_carlo(lambda f: self.log_prob(y, f), mean, var, self.num_samples, self._sites.key(key))
         return self._expected_log_prob(y, mean, var)
 
     def _expected_log_prob(self, y, mean, var):
@@ -82,25 +82,14 @@ class Likelihood:
     def predictive_quantiles(self, mean, var, levels, num_samples=1000, key=None):
         """Quantiles ``(Q, N)`` of ``p(y)`` at ``levels`` ``(Q,)``, from ``num_samples`` draws of ``y``."""
         xp, ops = namespace(mean, var), backend(mean, var)
-        key_f, key_y = ops.split(self._key(key), 2)
+        key_f, key_y = ops.split(self._sites.key(key), 2)
         f = mean + xp.sqrt(var) * ops.normal(key_f, (num_samples,) + tuple(mean.shape), mean)
         method = "linear" if self.support is self._dist.constraints.real else "lower"  # stay on a discrete support
-        return ops.quantile(xp.astype(self._sample(self.forward(f), key_y), mean.dtype), levels, 0, method)
+        return ops.quantile(xp.astype(self._sites.draw(self.forward(f), key_y), mean.dtype), levels, 0, method)
 
     def check_y(self, y, like=None):
         """Validate observations; returns them as an array (dtype and device of ``like``)."""
         return self._checks.finite(self._checks.as_array(y, "y", like), "y")
-
-    # the backend's random draws (see the module docstring)
-    @staticmethod
-    def _key(key):
-        """The key Monte Carlo draws use, given the user's ``key``."""
-        raise NotImplementedError
-
-    @staticmethod
-    def _sample(distribution, key):
-        """One draw from a backend distribution."""
-        raise NotImplementedError
 
 
 class Gaussian(Likelihood):
@@ -240,7 +229,7 @@ class Softmax(Likelihood):
     def predictive_moments(self, mean, var, key=None):
         """Class probabilities ``(N, C)`` (Monte Carlo, ``num_samples`` draws) and their ``p (1 - p)``."""
         softmax = backend(mean, var).softmax
-        probs = monte_carlo(lambda f: softmax(f, -1), mean, var, self.num_samples, self._key(key))
+        probs = monte_carlo(lambda f: softmax(f, -1), mean, var, self.num_samples, self._sites.key(key))
         return probs, probs * (1 - probs)
 
     def predictive_quantiles(self, mean, var, levels, num_samples=1000, key=None):

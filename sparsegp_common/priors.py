@@ -20,6 +20,8 @@ The user's own likelihood site then scores ``f`` like any other latent variable.
 ``<name>.kl`` factor makes the model depend on the variational parameters (as in
 ``pyro.contrib.gp``), so the pair is meant for SVI with its own guide.
 """
+import contextlib
+
 from .ops import namespace
 
 
@@ -48,3 +50,68 @@ class GPPrior:
     def _f_dist(self, mean, var):
         d = self._dist.Normal(mean, namespace(var).sqrt(var))
         return (d if self.num_latent is None else d.to_event(1)).mask(False)
+
+    def predict_f(self, X, full_cov=False, batch_size=4096, params=None):
+        """Moments of ``q(f(X))``: mean ``(N,)`` (``(N, L)`` for L latents) and variance of
+        the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``; see the
+        backend's ``predict.predict_f``."""
+        return self._predict.predict_f(self, X, full_cov=full_cov, batch_size=batch_size, params=params)
+
+    def sample_global_sites(self, posterior, guide):
+        """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor
+        ``<name>.kl`` = ``-KL``; returns ``u`` (None for methods without one). Used by
+        :meth:`model`, :meth:`guide` and the objectives."""
+        u_dist = posterior.q_u() if guide else posterior.prior_u()
+        u = None if u_dist is None else self._sites.sample(f"{self.name}.u", u_dist.mask(False))
+        if not guide:
+            self._sites.factor(f"{self.name}.kl", -posterior.kl())
+        return u
+
+    @contextlib.contextmanager
+    def _data(self, X, plate):
+        """Enter the data plate and yield the rows of ``X`` it selects."""
+        if plate is None:
+            plate = self._sites.plate(f"{self.name}.data", X.shape[0], like=X)
+        if self._sites.inside(plate.name):
+            raise ValueError(
+                f"{self.name}.model/guide was called inside `with {plate.name}:`; call it outside "
+                "the data plate and pass the plate object as `plate=` (u is global)"
+            )
+        with plate as idx:
+            if X.shape[0] == plate.size:
+                yield X if plate.subsample_size == plate.size else X[idx]
+            elif X.shape[0] == idx.shape[0]:
+                yield X
+            else:
+                raise ValueError(
+                    f"X has {X.shape[0]} rows but the plate {plate.name!r} has size {plate.size} "
+                    f"and subsample size {idx.shape[0]}: pass either the full inputs or the minibatch"
+                )
+
+    def model(self, X, plate=None):
+        """Prior sites of this component; returns ``f`` at the inputs the plate selects.
+
+        Args:
+            X: inputs ``(N, D)``, either the full data set (the plate subsamples it) or the
+                current minibatch.
+            plate: the user's data plate (``pyro.plate``/``numpyro.plate``; entered here, pass
+                the same object to the guide); by default a full-batch plate ``<name>.data``.
+
+        Returns:
+            ``f`` of shape ``(B,)`` (``(B, L)`` with L latent functions), B the batch size.
+        """
+        X = self._checks.inputs(X, "X", self.input_dim)
+        with self._sites.bound(self) as (prior,):
+            prior.sample_global_sites(prior.posterior(), guide=False)
+            with prior._data(X, plate) as Xb:
+                var = prior.prior_variance(Xb)
+                return self._sites.sample(f"{self.name}.f", prior._f_dist(namespace(var).zeros_like(var), var))
+
+    def guide(self, X, plate=None):
+        """Variational sites of this component (same arguments as :meth:`model`); returns ``f``."""
+        X = self._checks.inputs(X, "X", self.input_dim)
+        with self._sites.bound(self) as (prior,):
+            posterior = prior.posterior()
+            prior.sample_global_sites(posterior, guide=True)
+            with prior._data(X, plate) as Xb:
+                return self._sites.sample(f"{self.name}.f", prior._f_dist(*posterior.marginals(Xb)))

@@ -17,7 +17,7 @@ with ``cas(t) = cos(t) + sin(t)``::
   and estimated without bias from two independent randomised grids of ``num_samples`` frequencies
   in training (:func:`estimated_moments`), never forming ``Kuf``.
 
-Randomness has one contract: a ``key`` is resolved by the backend's features (``_key``: Pyro
+Randomness has one contract: a ``key`` is resolved by the backend (``sites.key``: Pyro
 passes torch's global RNG on as None, NumPyro takes ``numpyro.prng_key()`` when none is given),
 split by ``backend(...).split`` and consumed by ``backend(...).uniform`` (stateful torch/NumPy
 generators serve each draw in turn, JAX keys are split), so each backend draws exactly what it
@@ -200,10 +200,6 @@ class SpectralFeatures(OrthogonalFeatures):
         self.indices = common.multi_indices(num_features, [1.0] * a.shape[0], self.basis)
         self._param("a", a, "positive")
 
-    def _key(self, key):
-        """The backend's source of randomness for ``key`` (see the module docstring)."""
-        return key
-
     def basis_functions(self, omega):
         """``psi_m(omega)`` for frequencies ``omega`` ``(T, D)`` inside the box: ``(T, M)``."""
         xp, ops, dev = namespace(omega, self.a), backend(omega, self.a), device(omega)
@@ -329,7 +325,7 @@ def estimated_moments(prior, X, u=None, key=None):
     features, kernel = prior.features, prior.kernel
     Kff = kernel.K_diag(X)
     if isinstance(features, SpectralFeatures):
-        keys = backend(X).split(features._key(key), 2)
+        keys = backend(X).split(features._sites.key(key), 2)
         sets = [spectral_terms(features, kernel, *features.frequencies(k, X.dtype, device(X)), X) for k in keys]
         if u is None:
             return collapsed_moments(*sets, prior.q_mu, prior.q_sqrt, Kff)
@@ -372,16 +368,24 @@ class VOFModel:
             )
         super().__init__(prior, likelihood, num_data)
 
-    @staticmethod
-    def _check_y(y):
+    def model(self, X, y=None, subsample_size=None):
+        """Args as ``GPModel.model``, but ``y`` is required (the data term is a factor)."""
         if y is None:
             raise ValueError("VOFModel.model needs y (its data term is an estimate); use sampled_model to simulate")
+        return super().model(X, y, subsample_size)
 
-    def _collapsed(self, prior, likelihood, X, y, key=None):
-        """The collapsed estimate for readable ``prior`` and ``likelihood`` (see :meth:`elbo`)."""
-        mean, var = estimated_moments(prior, X, key=key)
-        scale = (self.num_data or X.shape[0]) / X.shape[0]
-        return scale * namespace(X).sum(likelihood.expected_log_prob(y, mean, var)) - prior.posterior().kl()
+    def _observe(self, prior, likelihood, posterior, u, X, y):
+        mean, var = estimated_moments(prior, X, u)
+        self._sites.factor("y", likelihood.expected_log_prob(y, mean, var))
+
+    def elbo(self, X, y, key=None):
+        """The collapsed estimate (full batch, scaled to ``num_data``), a differentiable scalar;
+        NumPyro draws the frequencies from ``key`` (default ``numpyro.prng_key()``)."""
+        X, y = self._data(X, y)
+        with self._sites.bound(self.prior, self.likelihood) as (prior, likelihood):
+            mean, var = estimated_moments(prior, X, key=key)
+            scale = (self.num_data or X.shape[0]) / X.shape[0]
+            return scale * namespace(X).sum(likelihood.expected_log_prob(y, mean, var)) - prior.posterior().kl()
 
 
 def collapsed_owner(model, kwargs):

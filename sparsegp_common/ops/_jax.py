@@ -73,6 +73,11 @@ def uniform(key, shape, dtype=None, device=None):
     return jax.random.uniform(key, shape, dtype=dtype)
 
 
+def permutation(key, n, device=None):
+    """A random permutation of ``range(n)`` from ``key``."""
+    return jax.random.permutation(key, n)
+
+
 def recurrence(step, first, second, coefficients, count):
     """As the torch version, by ``lax.scan`` (one traced step whatever ``count``)."""
     if count <= 2:

@@ -50,6 +50,10 @@ def uniform(key, shape, dtype=None, device=None):
     return draws.astype(np.float64 if dtype is None else dtype)
 
 
+def permutation(key, n, device=None):
+    return np.random.permutation(n) if key is None else key.permutation(n)
+
+
 def recurrence(step, first, second, coefficients, count):
     terms = [first, second]
     for i in range(count - 2):

@@ -110,6 +110,11 @@ def uniform(key, shape, dtype=None, device=None):
     return torch.rand(shape, dtype=dtype, device=device, generator=key)
 
 
+def permutation(key, n, device=None):
+    """A random permutation of ``range(n)`` (``key``: a ``torch.Generator`` or None, the global RNG)."""
+    return torch.randperm(n, generator=key, device=device)
+
+
 def recurrence(step, first, second, coefficients, count):
     """``count`` terms ``t_0 = first``, ``t_1 = second``, ``t_{i+2} = step(t_i, t_{i+1}, *c[i])``
     (``c[i]`` the i-th entries of the NumPy vectors ``coefficients``), stacked on a new last axis."""

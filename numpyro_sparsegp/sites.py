@@ -1,0 +1,38 @@
+"""What the core's objectives need from NumPyro: sample sites, plates, scaling, bound parameters
+and the random key (``numpyro.prng_key()`` unless one is given)."""
+import contextlib
+
+import numpyro
+from numpyro import handlers
+from numpyro.primitives import _PYRO_STACK
+
+sample, factor, scale = numpyro.sample, numpyro.factor, handlers.scale
+
+
+def plate(name, size, subsample_size=None, like=None):
+    """A data plate on the last batch dimension (``like`` is for the Pyro signature)."""
+    return numpyro.plate(name, size, subsample_size=subsample_size, dim=-1)
+
+
+def inside(name):
+    """Whether the plate ``name`` is active."""
+    return any(isinstance(frame, numpyro.plate) and frame.name == name for frame in _PYRO_STACK)
+
+
+@contextlib.contextmanager
+def bound(*objects):
+    """The objects with their parameters read from ``numpyro.param`` sites (``bind()``)."""
+    yield tuple(obj.bind() for obj in objects)
+
+
+def key(key):
+    """The key random draws use: ``key``, else ``numpyro.prng_key()`` (under a seed handler)."""
+    key = numpyro.prng_key() if key is None else key
+    if key is None:
+        raise ValueError("random draws need `key` or a numpyro seed handler")
+    return key
+
+
+def draw(distribution, key):
+    """One draw from a distribution of this PPL (``key`` from :func:`key`)."""
+    return distribution.sample(key)

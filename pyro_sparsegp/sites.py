@@ -1,0 +1,41 @@
+"""What the core's objectives need from Pyro: sample sites, plates, scaling, parameter contexts
+and the random key (torch's global RNG, so ``key`` stays None)."""
+import contextlib
+
+import pyro
+from pyro import poutine
+from pyro.poutine.runtime import get_plates
+
+sample, factor, scale = pyro.sample, pyro.factor, poutine.scale
+
+
+def plate(name, size, subsample_size=None, like=None):
+    """A data plate on the last batch dimension, on the device of ``like``."""
+    return pyro.plate(name, size, subsample_size=subsample_size, dim=-1, device=None if like is None else like.device)
+
+
+def inside(name):
+    """Whether the plate ``name`` is active."""
+    return any(frame.name == name for frame in get_plates())
+
+
+@contextlib.contextmanager
+def bound(*modules):
+    """The modules with their parameters registered and readable (as ``pyro_method`` does)."""
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(module._pyro_context)
+        yield modules
+
+
+def key(key):
+    """The key random draws use: None, torch's global RNG (seed it with ``pyro.set_rng_seed``)."""
+    if key is not None:
+        raise TypeError("the Pyro backend draws from torch's global RNG (seed it with pyro.set_rng_seed); "
+                        f"key must be None, got {type(key).__name__}")
+    return None
+
+
+def draw(distribution, key):
+    """One draw from a distribution of this PPL (``key`` from :func:`key`)."""
+    return distribution.sample()

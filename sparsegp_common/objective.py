@@ -1,0 +1,37 @@
+"""The data plate every objective shares: minibatch selection and the ``num_data`` scaling.
+
+An objective (``GPModel``'s minibatch ELBO, the VOF estimate, the Cox ELBO, the DBK weight
+model) sums a data term over a batch of rows and must scale it to the full data set. It gets
+the batch in one of two ways:
+
+* the full data (``size == num_data``): the plate subsamples ``subsample_size`` rows per step
+  and the PPL scales the plate's sites by ``size / subsample_size``;
+* an external minibatch (``size < num_data``, e.g. from ``fit(batch_size=...)``): nothing is
+  subsampled and the plate's sites are scaled by ``num_data / size``.
+"""
+import contextlib
+
+
+@contextlib.contextmanager
+def data_plate(sites, name, size, num_data=None, subsample_size=None, like=None):
+    """Enter the data plate ``name`` and yield ``select(a)``: the rows of ``a`` (``(size, ...)``
+    or None) in this step's batch.
+
+    Args:
+        sites: the backend's site module (``plate``, ``scale``).
+        size: rows of the data given; num_data: rows of the full data set (None: ``size``).
+        subsample_size: rows per step drawn by the plate (full data only).
+        like: an array whose device the plate's indices follow.
+    """
+    num_data = num_data or size
+    if num_data < size:
+        raise ValueError(f"the data have {size} rows, more than num_data={num_data}")
+    if num_data == size:
+        subsampled = subsample_size is not None and subsample_size < size
+        with sites.plate(name, size, subsample_size, like) as idx:
+            yield (lambda a: a[idx] if a is not None else a) if subsampled else (lambda a: a)
+    elif subsample_size is not None:
+        raise ValueError(f"subsample_size needs the full data set, but it has {size} rows and num_data={num_data}")
+    else:
+        with sites.scale(scale=num_data / size), sites.plate(name, size, like=like):
+            yield lambda a: a
