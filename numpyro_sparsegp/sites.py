@@ -25,6 +25,12 @@ def bound(*objects):
     yield tuple(obj.bind() for obj in objects)
 
 
+def draws():
+    """Whether random estimates are drawn here: under a ``seed`` handler (as in SVI);
+    evaluated directly, estimators that can be exact are."""
+    return any(isinstance(frame, handlers.seed) for frame in _PYRO_STACK)
+
+
 def key(key):
     """The key random draws use: ``key``, else ``numpyro.prng_key()`` (under a seed handler)."""
     key = numpyro.prng_key() if key is None else key

@@ -4,7 +4,7 @@ import contextlib
 
 import pyro
 from pyro import poutine
-from pyro.poutine.runtime import get_plates
+from pyro.poutine.runtime import am_i_wrapped, get_plates
 
 sample, factor, scale = pyro.sample, pyro.factor, poutine.scale
 
@@ -26,6 +26,12 @@ def bound(*modules):
         for module in modules:
             stack.enter_context(module._pyro_context)
         yield modules
+
+
+def draws():
+    """Whether random estimates are drawn here: during inference (inside any Pyro handler,
+    e.g. SVI's trace); evaluated directly, estimators that can be exact are."""
+    return am_i_wrapped()
 
 
 def key(key):

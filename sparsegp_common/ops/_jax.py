@@ -78,6 +78,16 @@ def permutation(key, n, device=None):
     return jax.random.permutation(key, n)
 
 
+def blockwise_sum(block, size, chunk, like):
+    """As the torch version, by ``lax.map`` over ``jax.checkpoint``-ed blocks (one traced block);
+    the last block is padded with repeated indices that ``block(rows, weights)`` weighs by zero."""
+    num = -(-size // chunk)
+    rows = jnp.arange(num * chunk).reshape(num, chunk)
+    weights = (rows < size).astype(like.dtype)
+    step = jax.checkpoint(lambda args: block(*args))
+    return lax.map(step, (jnp.minimum(rows, size - 1), weights)).sum()
+
+
 def recurrence(step, first, second, coefficients, count):
     """As the torch version, by ``lax.scan`` (one traced step whatever ``count``)."""
     if count <= 2:

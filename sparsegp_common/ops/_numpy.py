@@ -54,6 +54,10 @@ def permutation(key, n, device=None):
     return np.random.permutation(n) if key is None else key.permutation(n)
 
 
+def blockwise_sum(block, size, chunk, like):
+    return sum(block(np.arange(s, min(s + chunk, size)), None) for s in range(0, size, chunk))
+
+
 def recurrence(step, first, second, coefficients, count):
     terms = [first, second]
     for i in range(count - 2):

@@ -115,6 +115,15 @@ def permutation(key, n, device=None):
     return torch.randperm(n, generator=key, device=device)
 
 
+def blockwise_sum(block, size, chunk, like):
+    """``sum_b block(rows_b, None)`` over consecutive blocks of ``chunk`` indices covering
+    ``range(size)``, each block recomputed in the backward pass (memory of one block)."""
+    from torch.utils.checkpoint import checkpoint
+
+    blocks = (torch.arange(s, min(s + chunk, size), device=like.device) for s in range(0, size, chunk))
+    return sum(checkpoint(block, rows, None, use_reentrant=False) for rows in blocks)
+
+
 def recurrence(step, first, second, coefficients, count):
     """``count`` terms ``t_0 = first``, ``t_1 = second``, ``t_{i+2} = step(t_i, t_{i+1}, *c[i])``
     (``c[i]`` the i-th entries of the NumPy vectors ``coefficients``), stacked on a new last axis."""
