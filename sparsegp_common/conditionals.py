@@ -38,6 +38,41 @@ def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False):
     return mean, xp.clip(var, min=float(xp.finfo(var.dtype).tiny))
 
 
+def sum_components(mean, var, component_shape, latent_shape, num_points, full_cov=False):
+    """``f = sum_t f_t`` over the leading ``component_shape`` axes of independent components:
+    means and (co)variances add. The one place a component axis is reduced, and where the shapes
+    a prior promises are asserted, so that a batch axis nobody declared (in the features, the
+    kernel or q) is an error instead of an ELBO silently broadcast over it.
+
+    Args:
+        mean: ``component_shape + latent_shape + (N,)``; var: the same, or ``... + (N, N)``.
+        latent_shape: ``()`` or ``(L,)``.
+    """
+    want = tuple(component_shape) + tuple(latent_shape) + (num_points,)
+    if (tuple(mean.shape), tuple(var.shape)) != (want, want + (num_points,) * full_cov):
+        raise shape_error(f"q(f) at {num_points} inputs has mean shape {tuple(mean.shape)} and variance shape "
+                          f"{tuple(var.shape)}", component_shape, latent_shape)
+    if not component_shape:
+        return mean, var
+    xp, axes = namespace(mean, var), tuple(range(len(component_shape)))
+    return xp.sum(mean, axis=axes), xp.sum(var, axis=axes)
+
+
+def check_batch(shape, component_shape, latent_shape, what):
+    """``shape`` must broadcast to ``component_shape + latent_shape`` (the batch shape of q(u))."""
+    want = tuple(component_shape) + tuple(latent_shape)
+    if len(shape) > len(want) or any(s not in (1, w) for s, w in zip(reversed(shape), reversed(want))):
+        raise shape_error(f"{what} has batch shape {tuple(shape)}", component_shape, latent_shape)
+
+
+def shape_error(found, component_shape, latent_shape):
+    return ValueError(
+        f"{found}, but the prior has component shape {tuple(component_shape)} and latent shape "
+        f"{tuple(latent_shape)}: a batch axis of the features, kernel or q(u) is neither a latent function "
+        "(num_latent) nor a component the features declare (Features.component_shape)"
+    )
+
+
 class Whitened:
     """``u = Luu v`` with q over ``v`` and prior ``N(0, I)``."""
 

@@ -14,7 +14,16 @@ Kuf = Dispatcher("Kuf")
 
 
 class Features:
-    """Base class of inducing features: ``num_inducing`` (M) and ``input_dim`` (D)."""
+    """Base class of inducing features: ``num_inducing`` (M) and ``input_dim`` (D).
+
+    ``component_shape`` (default ``()``): features of ``f = sum_t f_t`` over independent
+    components (the harmonic decomposition, additive models) declare their component axis here,
+    e.g. ``(T,)``; their ``Kuu``/``Kuf`` then have that leading shape, q(u) gets one block per
+    component, and the prior sums the component marginals in one place
+    (:func:`~sparsegp_common.conditionals.sum_components`).
+    """
+
+    component_shape = ()
 
     @property
     def num_inducing(self):

@@ -29,10 +29,16 @@ class GPPrior:
     """Base class of GP prior components; see the module docstring."""
 
     num_latent = None
+    component_shape = ()  # see Features.component_shape
 
     @property
     def input_dim(self):
         raise NotImplementedError
+
+    @property
+    def latent_shape(self):
+        """``()`` for one latent function, ``(L,)`` for L of them."""
+        return () if self.num_latent is None else (self.num_latent,)
 
     @property
     def site_names(self):

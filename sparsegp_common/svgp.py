@@ -3,7 +3,7 @@ import functools
 import numbers
 
 from . import checks, variational
-from .conditionals import strategy
+from .conditionals import check_batch, strategy, sum_components
 from .features import Features, InducingPoints, Kuf, Kuu
 from .linalg import cholesky
 from .ops import backend, namespace
@@ -43,8 +43,12 @@ class SVGP(GPPrior):
         self.kernel, self.features = kernel, features
         like = features.first_parameter()
         self._follow(like)
-        batch_shape = () if self.num_latent is None else (self.num_latent,)
-        Luu = self.strategy.prior_factor(self.posterior_factor())
+        self.component_shape = tuple(features.component_shape)
+        batch_shape = self.component_shape + self.latent_shape
+        Luu = self.posterior_factor()
+        if Luu is not None:
+            check_batch(Luu.shape[:-2], self.component_shape, self.latent_shape, "Kuu")
+        Luu = self.strategy.prior_factor(Luu)
         Luu = None if Luu is None else backend(Luu).stop_gradient(Luu)
         q_mu, q_sqrt = self.family.initial(features.num_inducing, batch_shape, like, Luu)
         self._param("q_mu", q_mu)
@@ -63,6 +67,8 @@ class SVGP(GPPrior):
 
     def prior_variance(self, X):
         var = self.kernel.K_diag(X)
+        if self.component_shape:  # independent components: their prior variances add
+            var = namespace(var).sum(var, axis=tuple(range(len(self.component_shape))))
         if self.num_latent is None:
             return var
         return namespace(var).broadcast_to(var, (self.num_latent,) + tuple(var.shape[-1:])).mT
@@ -73,6 +79,7 @@ class SVGPPosterior:
 
     def __init__(self, prior):
         self.kernel, self.features, self.num_latent = prior.kernel, prior.features, prior.num_latent
+        self.component_shape, self.latent_shape = prior.component_shape, prior.latent_shape
         self.jitter, self.cholesky_dtype, self.strategy = prior.jitter, prior.cholesky_dtype, prior.strategy
         self.q_mu, self.q_sqrt, self.dist = prior.q_mu, prior.q_sqrt, prior._dist
         self.q = prior.family(self.q_mu, self.q_sqrt)
@@ -93,6 +100,7 @@ class SVGPPosterior:
     def marginals(self, X, full_cov=False):
         Kff = self.kernel.K(X) if full_cov else self.kernel.K_diag(X)
         mean, var = self.strategy.marginals(Kuf(self.features, self.kernel, X), self.Luu, Kff, self.q, full_cov)
+        mean, var = sum_components(mean, var, self.component_shape, self.latent_shape, X.shape[0], full_cov)
         if self.num_latent is None:
             return mean, var
         return mean.mT, (var if full_cov else var.mT)

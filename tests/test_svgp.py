@@ -155,6 +155,51 @@ def test_new_features_plug_in_through_dispatch(backend, rng):
     assert kl[0] == pytest.approx(kl[1], rel=1e-12)
 
 
+def component_points(lib, declared=True):
+    """Inducing points ``(T, M, D)``, one set per component of ``f = sum_t f_t``, for a kernel of
+    batch shape ``(T,)`` (an additive model: the component-axis route of the harmonic method)."""
+
+    class ComponentPoints(lib.features.Features):
+        component_shape = (2,) if declared else ()
+
+        def __init__(self, Z):
+            super().__init__()
+            self._param("Z", Z)
+
+        num_inducing = property(lambda self: self.Z.shape[-2])
+        input_dim = property(lambda self: self.Z.shape[-1])
+
+    lib.Kuu.register(ComponentPoints, lib.kernels.Kernel)(lambda features, kernel: kernel.K(features.Z))
+    lib.Kuf.register(ComponentPoints, lib.kernels.Kernel)(lambda features, kernel, X: kernel.K(features.Z, X))
+    return ComponentPoints
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_component_axis_sums_independent_components(backend, rng, whiten):
+    """Features with a component axis: KL, q(f) and the ELBO are the sums over one reference SVGP
+    per component; the same features without the declaration are an error, not a wrong ELBO."""
+    lib, T, M, noise = backend.lib, 2, 6, 0.3
+    X, y, Z = rng.normal(size=(25, 2)), rng.normal(size=25), rng.normal(size=(T, M, 2))
+    kerns = [("matern52", [0.7, 1.4], 1.3), ("matern52", [2.0, 0.5], 0.6)]
+    q_mu = rng.normal(size=(T, M))
+    q_sqrt = np.tril(rng.normal(size=(T, M, M)) * 0.3, -1) + np.eye(M) * rng.uniform(0.3, 1.2, size=(T, M, 1))
+    refs = [ref.SVGPRef(k[0], k[1], k[2], z, m, s, whiten, 1e-6) for k, z, m, s in zip(kerns, Z, q_mu, q_sqrt)]
+    kernel = lib.Matern52(lengthscale=backend.array([k[1] for k in kerns]), variance=backend.array([k[2] for k in kerns]))
+    gp = backend.set(lib.SVGP(kernel, component_points(lib)(backend.array(Z)), whiten=whiten), q_mu=q_mu, q_sqrt=q_sqrt)
+    mean, var = (backend.numpy(a) for a in gp.predict_f(backend.array(X)))
+    np.testing.assert_allclose(mean, sum(r.predict(X)[0] for r in refs), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(var, sum(np.diag(r.predict(X)[1]) for r in refs), rtol=1e-9)
+    model = lib.GPModel(gp, backend.set(lib.Gaussian(), variance=noise))
+    expected = ref.gaussian_ell(noise)(y, mean, var).sum() - sum(r.kl() for r in refs)
+    assert float(backend.numpy(model.elbo(backend.array(X), backend.array(y)))) == pytest.approx(expected, rel=1e-10)
+
+    backend.reset()
+    kernel = lib.Matern52(lengthscale=backend.array([k[1] for k in kerns]), variance=backend.array([k[2] for k in kerns]))
+    with pytest.raises(ValueError, match="component"):
+        undeclared = lib.SVGP(kernel, component_points(lib, declared=False)(backend.array(Z)), whiten=whiten, name="gp2")
+        lib.GPModel(undeclared, lib.Gaussian()).elbo(backend.array(X), backend.array(y))
+
+
 def test_pyro_contrib_gp_scores_the_predictive_term():
     """pyro.contrib.gp's VariationalSparseGP loss is KL - sum log N(y | mu, var + noise), the
     predictive term of the test above; ours is KL - sum E_q[log N(y | f, noise)]."""
