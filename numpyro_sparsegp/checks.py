@@ -35,6 +35,11 @@ def as_array(value, name, like=None):
     return array
 
 
+def host(array):
+    """A concrete ``array`` as a NumPy array."""
+    return np.asarray(array)
+
+
 def finite(array, name):
     if not all_true(np.isfinite, array):
         raise ValueError(f"{name} contains NaN or inf")

@@ -67,6 +67,11 @@ def integer_valued(y, name):
 as_array = as_tensor  # the name the backend-free core uses
 
 
+def host(tensor):
+    """``tensor`` as a NumPy array (detached, copied from the GPU)."""
+    return tensor.detach().cpu().numpy()
+
+
 def all_true(predicate, tensor):
     """``predicate(tensor).all()`` as a Python bool."""
     return bool(predicate(tensor).all())

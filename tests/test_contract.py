@@ -1,6 +1,8 @@
 """The backend contract: the two packages expose the same names and signatures, the core formulas
 run on every array library, and float32 kernel matrices are computed at full precision."""
+import contextlib
 import inspect
+import types
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,7 @@ import torch
 
 import numpyro_sparsegp
 import pyro_sparsegp
-from sparsegp_common import conditionals, kernels, linalg, variational
+from sparsegp_common import checks, conditionals, cox, kernels, linalg, variational, windows
 from sparsegp_common.ops import backend, namespace
 
 # classes whose constructor is the PPL's own (ELBO options), not ours
@@ -128,6 +130,56 @@ def test_core_formulas_agree_on_every_array_library(rng, whiten, full_cov):
     for name in ("torch", "jax"):
         for a, b in zip(results[name], results["numpy"]):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+class _Prior(cox.GPPrior):
+    """A whitened SVGP from the core chain with plain attributes, as the Cox process reads a prior."""
+
+    input_dim = 1
+
+    def __init__(self, kern, Z, q):
+        self.kern, self.Z, self.q = kern, Z, q
+
+    def first_parameter(self):
+        return self.Z
+
+    def posterior(self):
+        return self
+
+    def marginals(self, X, full_cov=False):
+        Luu = linalg.cholesky(self.kern.K(self.Z))
+        return conditionals.conditional(self.kern.K(self.Z, X), Luu, self.kern.K_diag(X), self.q, whiten=True)
+
+    def kl(self):
+        return self.q.kl(None)
+
+
+@contextlib.contextmanager
+def _bound(*objects):
+    yield objects
+
+
+class _Cox(cox.CoxProcess):
+    """The core Cox process with no PPL: inputs taken as given, parameters as they are."""
+
+    _checks = types.SimpleNamespace(positive_int=checks.positive_int, inputs=lambda X, name, dim: X,
+                                    as_array=lambda a, name, like: a, host=np.asarray)
+    _sites = types.SimpleNamespace(bound=_bound, key=lambda key: key)
+
+
+@pytest.mark.parametrize("rule", [windows.GaussLegendre(24), windows.Binned(16)], ids=["quadrature", "binned"])
+def test_core_cox_elbo_agrees_on_every_array_library(rng, rule):
+    """The Cox ELBO (events, integral or cell counts, KL) written once, run on NumPy float64, torch and JAX."""
+    M = 5
+    Z, events = np.linspace(0, 10, M)[:, None], rng.uniform(0, 10, (20, 1))
+    q_mu, q_sqrt = rng.normal(size=M) * 0.5, np.tril(rng.normal(size=(M, M)) * 0.1, -1) + np.eye(M) * 0.6
+    results = {}
+    for name, to in CONVERT.items():
+        prior = _Prior(_Kernel(to([2.0]), to(1.2)), to(Z), variational.CholeskyGaussian(to(q_mu), to(q_sqrt)))
+        model = _Cox(prior, [[0.0, 10.0]], integration=rule, offset=lambda X: 0.1 * X[:, 0] + 1.0)
+        results[name] = float(model.elbo(to(events)))
+    assert results["torch"] == pytest.approx(results["numpy"], rel=1e-12)
+    assert results["jax"] == pytest.approx(results["numpy"], rel=1e-12)
 
 
 def test_jax_kernel_matrices_use_full_float32_precision():

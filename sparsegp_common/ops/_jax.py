@@ -88,6 +88,14 @@ def blockwise_sum(block, size, chunk, like):
     return lax.map(step, (jnp.minimum(rows, size - 1), weights)).sum()
 
 
+def categorical(key, logits, shape):
+    return jax.random.categorical(key, logits, shape=tuple(shape))
+
+
+def bincount(index, length, dtype):
+    return jnp.bincount(index, length=length).astype(dtype)
+
+
 def recurrence(step, first, second, coefficients, count):
     """As the torch version, by ``lax.scan`` (one traced step whatever ``count``)."""
     if count <= 2:
@@ -144,6 +152,10 @@ def lgamma(x):
 
 def ndtr(x):
     return jax.scipy.special.ndtr(x)
+
+
+def ndtri(p):
+    return jax.scipy.special.ndtri(p)
 
 
 def log_ndtr(x):

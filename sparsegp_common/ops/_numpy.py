@@ -58,6 +58,15 @@ def blockwise_sum(block, size, chunk, like):
     return sum(block(np.arange(s, min(s + chunk, size)), None) for s in range(0, size, chunk))
 
 
+def categorical(key, logits, shape):
+    p = np.exp(logits - logits.max())
+    return (np.random if key is None else key).choice(len(p), size=shape, p=p / p.sum())
+
+
+def bincount(index, length, dtype):
+    return np.bincount(index, minlength=length).astype(dtype)
+
+
 def recurrence(step, first, second, coefficients, count):
     terms = [first, second]
     for i in range(count - 2):
@@ -105,6 +114,12 @@ def ndtr(x):
     from scipy import special
 
     return special.ndtr(x)
+
+
+def ndtri(p):
+    from scipy import special
+
+    return special.ndtri(p)
 
 
 def log_ndtr(x):

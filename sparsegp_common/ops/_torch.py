@@ -124,6 +124,16 @@ def blockwise_sum(block, size, chunk, like):
     return sum(checkpoint(block, rows, None, use_reentrant=False) for rows in blocks)
 
 
+def categorical(key, logits, shape):
+    """Indices ``shape`` drawn with probabilities ``softmax(logits)`` (``logits`` ``(P,)``)."""
+    return torch.distributions.Categorical(logits=logits).sample(torch.Size(shape))
+
+
+def bincount(index, length, dtype):
+    """How often each of ``range(length)`` occurs in the integer ``index``, as ``dtype`` ``(length,)``."""
+    return torch.bincount(index, minlength=length).to(dtype)
+
+
 def recurrence(step, first, second, coefficients, count):
     """``count`` terms ``t_0 = first``, ``t_1 = second``, ``t_{i+2} = step(t_i, t_{i+1}, *c[i])``
     (``c[i]`` the i-th entries of the NumPy vectors ``coefficients``), stacked on a new last axis."""
@@ -217,6 +227,11 @@ def lgamma(x):
 
 def ndtr(x):
     return torch.special.ndtr(x)
+
+
+def ndtri(p):
+    """The standard normal quantile function, the inverse of :func:`ndtr`."""
+    return torch.special.ndtri(p)
 
 
 def log_ndtr(x):

@@ -1,0 +1,318 @@
+"""Log-Gaussian Cox processes: point patterns whose log-intensity is a GP prior (any ``GPPrior``).
+
+Events ``x_1..x_n`` in a window ``W`` form a Poisson process with intensity
+``lambda(x) = exp(f(x) + offset(x))``. With ``q(f(x)) = N(mu(x), s2(x))`` from the prior's
+``posterior().marginals``, the expected log-likelihood is in closed form up to the integral::
+
+    E_q[log p(x_1..x_n | f)] = sum_i (mu(x_i) + offset(x_i)) - int_W exp(mu + s2 / 2 + offset) dx
+
+since ``E_q[exp f] = exp(mu + s2 / 2)``; the integral is a Gauss-Legendre sum, an unbiased
+stratified Monte Carlo estimate, or a user's rule (``sparsegp_common.windows``). The binned form
+scores cell counts ``c_k ~ Poisson(|cell| lambda(centre_k))`` instead::
+
+    sum_k c_k (log|cell| + mu_k + offset_k) - |cell| exp(mu_k + s2_k / 2 + offset_k) - log c_k!
+
+which, less ``n log|cell|`` (a probability of counts, not a density of locations), tends to the
+continuous form as the cells shrink.
+
+Random integration points draw from torch's global RNG in Pyro (seed it with
+``pyro.set_rng_seed``) and from ``key``, by default ``numpyro.prng_key()``, in NumPyro.
+"""
+import numbers
+
+import numpy as np
+
+from . import windows
+from .objective import data_plate
+from .ops import backend, device, namespace
+from .prediction import Prediction
+from .priors import GPPrior
+
+
+def expected_intensity(mean, var, offset):
+    """``E_q[exp(f + offset)] = exp(mean + var / 2 + offset)`` under ``f ~ N(mean, var)``."""
+    return namespace(mean, var, offset).exp(mean + var / 2 + offset)
+
+
+def lognormal_summary(mean, var, levels):
+    """Mean, variance and quantiles ``(Q, N)`` (or None) of ``exp(f)``, ``f ~ N(mean, var)``."""
+    xp = namespace(mean, var)
+    rate = xp.exp(mean + var / 2)
+    q = None
+    if levels is not None:
+        z = backend(mean).ndtri(xp.asarray(levels, dtype=mean.dtype, device=device(mean)))
+        q = xp.exp(mean + z[:, None] * xp.sqrt(var))
+    return rate, xp.expm1(var) * rate**2, q
+
+
+class CoxEvents:
+    """The observed pattern ``(n, d)`` of :meth:`CoxProcess.sampled_model`, scored per event.
+
+    ``log_prob`` is ``log lambda(x_i) - Lambda / n`` (``Lambda = int_W lambda``): the terms sum
+    to the log-likelihood of the pattern, and ``az.loo`` treats each event as one observation.
+    ``sample()`` draws ``n`` events i.i.d. from the normalised intensity on the integration
+    points (the distribution of a Poisson pattern given its size, discretised on the rule).
+
+    Args:
+        log_intensity: ``(n,)`` ``log lambda`` at the events.
+        integral: ``()`` the integral ``Lambda``.
+        points: ``(P, d)`` integration points.
+        log_masses: ``(P,)`` ``log(weight_j lambda(points_j))``.
+    """
+
+    arg_constraints = {}
+
+    def __init__(self, log_intensity, integral, points, log_masses, validate_args=None):
+        self.log_intensity, self.integral, self.points, self.log_masses = log_intensity, integral, points, log_masses
+        super().__init__(log_intensity.shape, points.shape[-1:], validate_args=validate_args)
+
+    def log_prob(self, value):
+        return self.log_intensity - self.integral / self.log_intensity.shape[-1]
+
+    def _draw(self, key, sample_shape):
+        """Events ``sample_shape + (n, d)``, each a point of the rule drawn with probability
+        proportional to its mass (``key``: the backend's, see the module docstring)."""
+        shape = tuple(sample_shape) + tuple(self.log_intensity.shape)
+        return self.points[backend(self.log_masses).categorical(key, self.log_masses, shape)]
+
+
+class CoxProcess:
+    """A log-Gaussian Cox process on ``window`` with log-intensity ``f + offset``, ``f`` from ``prior``.
+
+    ``model``/``guide`` form a Pyro (NumPyro) model/guide pair whose ELBO is
+    ``(n / B) sum_batch E_q[f(x_i) + offset] - int_W E_q[exp(f + offset)] - KL`` (see the module
+    docstring); it is deterministic for fixed rules and unbiased for :class:`StratifiedMC`, whose
+    points are drawn at every step (from torch's global RNG in Pyro, ``numpyro.prng_key()`` in NumPyro).
+
+    Args:
+        prior: a ``GPPrior`` of the same backend with one latent function; only its
+            ``posterior()`` (``marginals``, ``kl``) is used, so every prior works.
+        window: an ``Interval``, ``Rectangle`` or ``UserRule`` (``sparsegp_common.windows``), or
+            bounds ``(d, 2)`` such as ``PointPattern.window``.
+        integration: ``GaussLegendre(n)``, ``StratifiedMC(n)`` or ``Binned(n)`` (n per
+            dimension); None: Gauss-Legendre with 64 nodes in 1-D, 32 x 32 in 2-D.
+        offset: a number, or a function ``offset(X (N, d)) -> (N,)`` of known log-intensity
+            terms (covariates, log exposure). Set it near ``log(n / |W|)``: the prior is zero-mean.
+        num_events: size of the whole pattern when ``model`` is given external minibatches of
+            events; by default the number of events passed.
+        integration_batch: evaluate the integral on this many of the rule's points drawn at
+            random each step (weights scaled up; unbiased); None: all of them.
+        name: name of the events plate and prefix of the sites.
+
+    Sites: the prior's ``<name>.u``/``<name>.kl``; the plate ``<name>``, the factors
+    ``<name>.log_intensity`` (per event) and ``<name>.integral``; binned: ``<name>.counts``.
+    """
+
+    def __init__(self, prior, window, integration=None, offset=0.0, num_events=None, integration_batch=None,
+                 name="events"):
+        super().__init__()
+        checks = self._checks
+        if not isinstance(prior, GPPrior):
+            raise TypeError(f"prior must be a GPPrior, got {type(prior).__name__}")
+        if prior.num_latent is not None:
+            raise ValueError(f"a Cox process needs one latent function, but the prior has num_latent={prior.num_latent}")
+        self.window = windows.as_window(window)
+        if prior.input_dim != self.window.dim:
+            raise ValueError(f"the window is {self.window.dim}-D but the prior takes {prior.input_dim}-D inputs")
+        self.rule = windows.as_rule(integration, self.window)
+        self.layout = windows.rule_layout(self.rule, self.window)
+        if not (callable(offset) or (isinstance(offset, numbers.Real) and np.isfinite(offset))):
+            raise TypeError(f"offset must be a finite number or a function of X, got {offset!r}")
+        self.offset = offset
+        self.num_events = None if num_events is None else checks.positive_int(num_events, "num_events")
+        self.integration_batch = None
+        if integration_batch is not None:
+            self.integration_batch = checks.positive_int(integration_batch, "integration_batch")
+            if self.integration_batch > len(self.layout.weights):
+                raise ValueError(f"integration_batch={integration_batch} exceeds the rule's "
+                                 f"{len(self.layout.weights)} points")
+        self.prior, self.name = prior, name
+
+    # ------------------------------------------------------------ pieces of the objective
+
+    def _array(self, a):
+        """``a`` in the dtype (and on the device) of the prior's parameters."""
+        like = self.prior.first_parameter()
+        return namespace(like).asarray(a, dtype=like.dtype, device=device(like))
+
+    def _offset(self, X):
+        xp = namespace(X)
+        if callable(self.offset):
+            return xp.broadcast_to(self._checks.as_array(self.offset(X), "offset(X)", like=X), X.shape[:1])
+        return xp.full(X.shape[:1], float(self.offset), dtype=X.dtype, device=device(X))
+
+    def _events(self, events, full=False):
+        checks = self._checks
+        events = checks.inputs(events, "events", self.window.dim)
+        events = backend(events).cast_like(events, self.prior.first_parameter())
+        if backend(events).is_concrete(events):
+            windows.check_events(checks.host(events), self.window)
+        if self.num_events is not None and events.shape[0] > self.num_events:
+            raise ValueError(f"events has {events.shape[0]} rows, more than num_events={self.num_events}")
+        if (full or self.rule.binned) and self.num_events not in (None, events.shape[0]):
+            raise ValueError("this form needs the whole pattern: drop num_events or pass all events")
+        return events
+
+    def _points(self, key=None, random=None):
+        """Integration points ``(P', d)``, weights ``(P',)`` and the selected indices (or None)."""
+        layout = self.layout
+        points, weights = self._array(layout.points), self._array(layout.weights)
+        draw = self.rule.random if random is None else random
+        subsample = self.integration_batch is not None and random is not False
+        ops = backend(points)
+        if draw or subsample:
+            key_points, key_index = ops.split(self._sites.key(key), 2)
+        if draw:  # one uniform point per cell
+            points = points + ops.uniform(key_points, points.shape, points.dtype, device(points)) * self._array(layout.widths)
+        elif self.rule.random:  # a fixed stand-in: the cells' midpoints
+            points = points + self._array(layout.widths) / 2
+        if not subsample:
+            return points, weights, None
+        index = ops.permutation(key_index, len(weights), device(points))[: self.integration_batch]
+        return points[index], weights[index] * (len(weights) / self.integration_batch), index
+
+    def _integral(self, posterior, key=None):
+        """``sum_j w_j E_q[lambda(points_j)]``: the rule's estimate of ``int_W E_q[lambda]``."""
+        points, weights, _ = self._points(key)
+        return namespace(weights).sum(weights * expected_intensity(*posterior.marginals(points), self._offset(points)))
+
+    def counts(self, events):
+        """Events per cell of a :class:`~sparsegp_common.windows.Binned` rule: ``(P,)``."""
+        layout = self.layout
+        xp, ops = namespace(events), backend(events)
+        cells = ops.as_index(xp.floor((events - self._array(layout.low)) / self._array(layout.widths)))
+        cells = xp.clip(cells, 0, xp.asarray(layout.shape, dtype=cells.dtype, device=device(cells)) - 1)
+        flat = xp.sum(cells * xp.asarray(layout.strides, dtype=cells.dtype, device=device(cells)), axis=-1)
+        return ops.bincount(flat, len(layout.weights), events.dtype)
+
+    def _binned(self, posterior, events, key=None):
+        """``sum_k E_q[log Poisson(c_k | |cell| lambda(centre_k))]``, over a random subset of cells
+        (scaled) when ``integration_batch`` is set."""
+        points, weights, index = self._points(key)
+        counts = self.counts(events) if index is None else self.counts(events)[index]
+        scale = 1.0 if index is None else len(self.layout.weights) / len(index)
+        mean, var = posterior.marginals(points)
+        offset = self._offset(points)
+        cell = weights / scale
+        xp = namespace(mean, var)
+        terms = (counts * (xp.log(cell) + mean + offset) - cell * expected_intensity(mean, var, offset)
+                 - backend(counts).lgamma(counts + 1))
+        return scale * xp.sum(terms)
+
+    # ------------------------------------------------------------ model / guide
+
+    def model(self, events, subsample_size=None):
+        """Args: events ``(n, d)`` (the whole pattern, or a minibatch with ``num_events``);
+        subsample_size: events per step drawn by the plate (continuous forms only)."""
+        events = self._events(events)
+        sites = self._sites
+        with sites.bound(self.prior) as (prior,):
+            posterior = prior.posterior()
+            prior.sample_global_sites(posterior, guide=False)
+            if self.rule.binned:
+                if subsample_size is not None:
+                    raise ValueError("the binned form scores whole cells: subsample_size must be None")
+                sites.factor(f"{self.name}.counts", self._binned(posterior, events))
+                return
+            sites.factor(f"{self.name}.integral", -self._integral(posterior))
+            with data_plate(sites, self.name, events.shape[0], self.num_events, subsample_size, events) as select:
+                Xb = select(events)
+                sites.factor(f"{self.name}.log_intensity", posterior.marginals(Xb)[0] + self._offset(Xb))
+
+    def guide(self, events, subsample_size=None):
+        with self._sites.bound(self.prior) as (prior,):
+            prior.sample_global_sites(prior.posterior(), guide=True)
+
+    def elbo(self, events, key=None):
+        """The bound for the whole pattern (one draw of the integral for random rules, from
+        ``key`` in NumPyro)."""
+        events = self._events(events)
+        with self._sites.bound(self.prior) as (prior,):
+            posterior = prior.posterior()
+            if self.rule.binned:
+                return self._binned(posterior, events, key) - posterior.kl()
+            scale = (self.num_events or events.shape[0]) / events.shape[0]
+            log_intensity = posterior.marginals(events)[0] + self._offset(events)
+            xp = namespace(log_intensity)
+            return scale * xp.sum(log_intensity) - self._integral(posterior, key) - posterior.kl()
+
+    # ------------------------------------------------------------ diagnostics
+
+    def sampled_model(self, events):
+        """The model with ``f`` a sample site ``<prior>.f`` at the events and the integration
+        points (random rules use the cells' midpoints), for ``to_inference_data``. The observed
+        site ``<name>.x`` scores each event by ``log lambda(x_i) - Lambda / n``
+        (:class:`CoxEvents`); binned: ``<name>.counts``, a Poisson per cell."""
+        events = self._events(events, full=True)
+        points, weights, _ = self._points(random=False)
+        X = self._sampled_inputs(events, points)
+        sites, xp = self._sites, namespace(X)
+        f = self.prior.model(X, sites.plate(f"{self.name}.sites", X.shape[0], like=X))
+        log_lam = f + self._offset(X)
+        if self.rule.binned:
+            with sites.plate(f"{self.name}.cells", len(weights), like=X):
+                return sites.sample(f"{self.name}.counts", self._dist.Poisson(weights * xp.exp(log_lam)),
+                                    obs=self.counts(events))
+        n = events.shape[0]
+        log_masses = xp.log(weights) + log_lam[n:]
+        with sites.plate(self.name, n, like=X):
+            return sites.sample(f"{self.name}.x", self._cox_events(log_lam[:n], xp.sum(xp.exp(log_masses)), points,
+                                                                   log_masses), obs=events)
+
+    def sampled_guide(self, events):
+        """The guide of :meth:`sampled_model`."""
+        events = self._events(events, full=True)
+        points, _, _ = self._points(random=False)
+        X = self._sampled_inputs(events, points)
+        self.prior.guide(X, self._sites.plate(f"{self.name}.sites", X.shape[0], like=X))
+
+    def _sampled_inputs(self, events, points):
+        """Where :meth:`sampled_model` samples ``f``: the cells (binned), else the events then the points."""
+        return points if self.rule.binned else namespace(events, points).concat([events, points])
+
+    # ------------------------------------------------------------ prediction
+
+    def intensity(self, X, quantiles=(0.025, 0.975), batch_size=4096, params=None):
+        """Posterior intensity ``lambda = exp(f + offset)`` at ``X``, log-normal under ``q(f)``.
+
+        Args:
+            X: ``(N, d)`` locations (e.g. a grid over the window).
+            quantiles: levels in (0, 1) of the credible bands (exact: ``exp(m + z_q sqrt(v))``), or None.
+            batch_size, params: as for the backend's ``predict.predict_f``.
+
+        Returns:
+            Prediction: ``mean = exp(m + v / 2 + offset)`` ``(N,)``, ``variance`` ``(N,)`` and
+            ``quantiles`` ``(Q, N)``.
+        """
+        levels = None if quantiles is None else self._checks.probabilities(quantiles, "quantiles")
+        mean, var = self._predict.predict_f(self.prior, X, batch_size=batch_size, params=params)
+        X = backend(mean).cast_like(self._checks.inputs(X, "X", self.window.dim), mean)
+        offset = backend(mean).stop_gradient(self._offset(X))  # a prediction, as predict_f's moments
+        return Prediction(*lognormal_summary(mean + offset, var, levels))
+
+    def simulate(self, num_samples=1, seed=0, params=None):
+        """Patterns from the posterior predictive by thinning: per pattern, one joint draw of
+        ``f`` from ``q`` at candidate points (see ``sparsegp_common.windows.thin``).
+
+        Returns:
+            a list of ``num_samples`` tensors (Pyro) or arrays (NumPyro) ``(n_s, d)``.
+        """
+        num_samples = self._checks.positive_int(num_samples, "num_samples")
+        grid = self._array(windows.rule_layout(self.window.default_rule(), self.window).points)
+        mean, var = self._predict.predict_f(self.prior, grid, params=params)
+        xp = namespace(mean, var)
+        log_bound = float(xp.max(mean + 5 * xp.sqrt(var) + self._offset(grid)))
+        draw = self._log_intensity_draws(params)
+        rng = np.random.default_rng(seed)
+        return [self._array(windows.thin(self.window, log_bound, draw, rng)) for _ in range(num_samples)]
+
+    def _log_intensity_draws(self, params):
+        """``draw(candidates, seed)``: one joint draw of ``f + offset`` from ``q`` at the candidates
+        ``(C, d)`` (NumPy), as NumPy ``(C,)``."""
+
+        def draw(candidates, draw_seed):
+            X = self._array(candidates)
+            f = self._predict.sample_f(self.prior, X, 1, seed=draw_seed, params=params)[0]
+            return self._checks.host(f + self._offset(X))
+
+        return draw
