@@ -1,4 +1,6 @@
 """torch implementations of the operations the array API standard lacks."""
+import math
+
 import torch
 
 from ..linalg import CholeskyError as _CoreCholeskyError
@@ -125,8 +127,10 @@ def blockwise_sum(block, size, chunk, like):
 
 
 def categorical(key, logits, shape):
-    """Indices ``shape`` drawn with probabilities ``softmax(logits)`` (``logits`` ``(P,)``)."""
-    return torch.distributions.Categorical(logits=logits).sample(torch.Size(shape))
+    """Indices ``shape`` drawn with probabilities ``softmax(logits)`` (``logits`` ``(P,)``; ``key``: a
+    ``torch.Generator`` or None, the global RNG), as ``Categorical(logits=logits).sample(shape)`` draws them."""
+    probs = torch.distributions.Categorical(logits=logits).probs
+    return torch.multinomial(probs, math.prod(shape), replacement=True, generator=key).reshape(shape)
 
 
 def bincount(index, length, dtype):
