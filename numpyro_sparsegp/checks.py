@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparsegp_common.checks import one_of, positive_int, probabilities  # noqa: F401  (re-exported)
+from sparsegp_common.checks import ArrayChecks, one_of, positive_int, probabilities  # noqa: F401  (re-exported)
 
 
 def concrete(x):
@@ -40,42 +40,10 @@ def host(array):
     return np.asarray(array)
 
 
-def finite(array, name):
-    if not all_true(np.isfinite, array):
-        raise ValueError(f"{name} contains NaN or inf")
-    return array
+class _Checks(ArrayChecks):
+    as_array, all_true, host = staticmethod(as_array), staticmethod(all_true), staticmethod(host)
 
 
-def positive(value, name, like=None):
-    """A hyperparameter that must be strictly positive (and finite)."""
-    array = finite(as_array(value, name, like), name)
-    if not all_true(lambda a: a > 0, array):
-        raise ValueError(f"{name} must be positive, got {np.asarray(array)}")
-    return array
-
-
-def inputs(X, name="X", input_dim=None, values=True):
-    """Inputs as an (N, D) array; 1-D inputs are read as (N, 1); NaN/inf is an error
-    unless ``values=False`` (shape only: the caller checks the rows it uses)."""
-    X = as_array(X, name)
-    if values:
-        finite(X, name)
-    if X.ndim == 1:
-        X = X[:, None]
-    if X.ndim != 2:
-        raise ValueError(f"{name} must have shape (N, D), got {tuple(X.shape)}")
-    if input_dim is not None and X.shape[-1] != input_dim:
-        raise ValueError(f"{name} has {X.shape[-1]} input dimensions but the model expects {input_dim}")
-    return X
-
-
-def same_length(y, n, name="y", other="X"):
-    if y.shape[0] != n:
-        raise ValueError(f"{name} has length {y.shape[0]} but {other} has {n} rows")
-    return y
-
-
-def integer_valued(y, name):
-    if not all_true(lambda a: a == np.round(a), y):
-        raise ValueError(f"{name} must hold integers")
-    return y
+_checks = _Checks()
+finite, positive, inputs = _checks.finite, _checks.positive, _checks.inputs
+same_length, integer_valued = _checks.same_length, _checks.integer_valued

@@ -3,7 +3,6 @@
 Calling a likelihood binds it: ``likelihood(f)`` is the distribution of ``y`` given ``f``. Monte
 Carlo estimates and predictive quantiles draw from ``key``, by default ``numpyro.prng_key()``.
 """
-import numpyro
 
 from sparsegp_common import likelihoods as core
 from sparsegp_common.likelihoods import log_softplus  # noqa: F401  (re-exported)

@@ -1,22 +1,14 @@
-"""Prediction from any GP prior component: latent moments, observed-value moments and quantiles
-through a likelihood, and posterior function samples, in batches with bounded memory.
-
-``params`` (e.g. ``FitResult.params``) substitutes parameter values; without it the objects' own
-values are used (the trained ones after ``fit``, which writes them back). Each batch runs in one compiled program (the last batch is padded to the same shape).
-The programs are compiled once per prior (and likelihood) object, option and batch shape: the
-parameter values are arguments, not constants, so later calls (other values, the same shapes) reuse
-them.
-"""
+"""Prediction from any GP prior component (documented in :mod:`sparsegp_common.prediction`)."""
 import functools
 
 import jax
 import jax.numpy as jnp
 from numpyro import handlers
 
+from sparsegp_common import prediction as core
 from sparsegp_common.prediction import Prediction
 
 from . import checks
-from .linalg import cholesky
 
 __all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
 
@@ -63,20 +55,6 @@ def _predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples):
 
 
 def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
-    """Moments of ``q(f(X))``.
-
-    Args:
-        prior: a GP prior component.
-        X: inputs ``(N, D)``.
-        full_cov: return the ``(N, N)`` (``(L, N, N)``) covariance instead of variances; then
-            ``X`` is not batched.
-        batch_size: rows per batch for the diagonal case (memory is O(batch_size * M)).
-        params: optional ``{name: value}`` parameter values (e.g. ``FitResult.params``; by
-            default the object's own values, which ``fit`` sets to the trained ones).
-
-    Returns:
-        mean ``(N,)`` (``(N, L)``) and variance of the same shape, or covariance.
-    """
     X = checks.inputs(X, "X", prior.input_dim)
     values = _values(params, prior)
     if full_cov:
@@ -85,18 +63,6 @@ def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
 
 
 def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
-    """Moments and quantiles of the predictive ``p(y*) = int p(y* | f) q(f) df`` at ``X``.
-
-    Args:
-        prior, X, batch_size, params: as for :func:`predict_f`.
-        likelihood: the observation model.
-        quantiles: levels in (0, 1), e.g. ``(0.025, 0.5, 0.975)``, or None. Closed form for
-            ``Gaussian``; otherwise from ``num_samples`` draws of ``y*`` per input (seeded by
-            ``seed``).
-
-    Returns:
-        Prediction: ``mean``, ``variance`` and ``quantiles`` (``(Q, N)`` or None).
-    """
     levels = None if quantiles is None else checks.probabilities(quantiles, "quantiles")
     X = checks.inputs(X, "X", prior.input_dim)
     values = _values(params, prior, likelihood)
@@ -106,17 +72,9 @@ def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samp
 
 
 def sample_f(prior, X, num_samples=1, *, seed=0, jitter=1e-6, params=None):
-    """Joint draws of ``f(X)`` from ``q(f)``: shape ``(num_samples, N)`` (``(S, N, L)``).
-
-    Uses the full ``N x N`` posterior covariance (plus ``jitter``), so ``N`` should be at most a
-    few thousand; for per-point uncertainty of large test sets use :func:`predict_f`.
-    """
     num_samples = checks.positive_int(num_samples, "num_samples")
     mean, cov = predict_f(prior, X, full_cov=True, params=params)
-    L = cholesky(cov, jitter)
-    key = jax.random.PRNGKey(seed)
-    if mean.ndim == 1:
-        eps = jax.random.normal(key, (num_samples, mean.shape[0], 1), dtype=mean.dtype)
-        return mean + (L @ eps)[..., 0]
-    eps = jax.random.normal(key, (num_samples, *L.shape[:-1], 1), dtype=mean.dtype)
-    return mean + jnp.swapaxes((L @ eps)[..., 0], -1, -2)
+    return core.joint_draws(mean, cov, num_samples, jax.random.PRNGKey(seed), jitter)
+
+
+predict_f.__doc__, predict_y.__doc__, sample_f.__doc__ = core.PREDICT_F, core.PREDICT_Y, core.SAMPLE_F

@@ -8,109 +8,62 @@ import numpy as np
 import numpyro
 from numpyro.infer import SVI, Trace_ELBO
 
-from sparsegp_common.training import (
-    PARAM_GROUPS_DOC, EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
-    split_param_groups,
-)
+from sparsegp_common.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
 from . import params as _params
 
 __all__ = ["FitResult", "FitState", "fit"]
 
 
-def fit(
-    model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
-    lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
-    restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
-    loss_every=10, param_groups=None, **kwargs,
-):
-    """Train ``model``/``guide`` by SVI, one jit-compiled ``SVI.update`` per step.
+class _Trainer(Trainer):
+    """An ``SVI`` state, one jit-compiled ``SVI.update`` per step (the batch gathered inside it:
+    one dispatch per step), and the final values written back into the library objects."""
 
-    Args:
-        model, guide: the NumPyro model and guide.
-        data: tuple of arrays with the same first dimension N (e.g. ``(X, y)``), passed
-            positionally to the model and guide, split into minibatches when ``batch_size`` is
-            given. The model must then scale its data terms by N / batch_size (``GPModel`` does
-            this when built with ``num_data=N``).
-        num_steps, num_epochs: the length of training (exactly one of them).
-        batch_size: rows per step, drawn without replacement within each epoch (None: all).
-        loss: a NumPyro ELBO (``Trace_ELBO()`` by default).
-        lr: learning rate.
-        lr_schedule: optional ``schedule(step) -> multiplier`` of ``lr`` (``step`` counts from 0;
-            it is traced by JAX, so write it with ``jnp`` or plain arithmetic).
-        optimizer: a NumPyro optimiser class taking the step size (``numpyro.optim.Adam`` by
-            default).
-        {param_groups}
-        callbacks: callables ``callback(state: FitState)`` run after every step; setting
-            ``state.stop = True`` ends training.
-        validation: optional ``validation(params) -> float`` (lower is better), run every
-            ``eval_every`` steps (default: each epoch, or every 100 steps without minibatches).
-        patience: stop after this many evaluations without improvement (None: never).
-        restore_best: with ``validation``, end with the parameters of the best evaluation.
-        checkpoint: ``.npz`` file to save the SVI state (parameters, optimiser, RNG key) and
-            history to, every ``checkpoint_every`` steps (default: each epoch, or every 100 steps)
-            and at the end.
-        resume: continue from ``checkpoint`` when it exists; the run then reaches the same
-            parameters as an uninterrupted one with the same seed.
-        seed: seeds the SVI RNG key and the minibatch order.
-        progress: show a tqdm progress bar (with the running loss, from the first read).
-        loss_every: read the loss back from the device every this many steps (reading waits for
-            the step; 1 reads every step). ``FitResult.losses`` still holds every step's loss,
-            and callbacks reading ``state.loss`` get it at once.
-        **kwargs: passed to the model and guide (held fixed: they are closed over by the jit).
+    def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
+        if loss is not None and not isinstance(loss, numpyro.infer.elbo.ELBO):
+            raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
+        self.data, self.plan = tuple(None if a is None else jnp.asarray(a) for a in data), plan
+        optim = _grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups)
+        self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
+        self.update = jax.jit(lambda state, data, idx: self.svi.update(state, *_take(data, idx), **kwargs))
+        with _binds() as self.bound:  # the library objects the model and guide read their parameters through
+            self.state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
 
-    Returns:
-        FitResult: losses ``(num_steps,)``, final (constrained) params, validation history and
-        the final ``SVIState``.
-
-    The final params are also written back into the library objects (kernels, priors,
-    likelihoods, ...) whose parameters the model and guide read, whichever way they reach them
-    (bound methods, closures, globals): every object whose ``bind()`` runs during ``SVI.init``
-    gets the values of its sites ``<name>.<attribute>``. So ``predict_f(prior, X)`` after
-    ``fit`` uses the trained values without ``params=``, and a second ``fit`` continues from
-    them, as the Pyro backend does through its param store. Parameters of other guides (e.g.
-    autoguides) are only in ``FitResult.params``.
-    """
-    plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
-    check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
-    eval_every = interval(eval_every, plan, "eval_every")
-    checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
-    if loss is not None and not isinstance(loss, numpyro.infer.elbo.ELBO):
-        raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
-    tracker = EarlyStopping(patience)
-    data = tuple(None if a is None else jnp.asarray(a) for a in data)
-    optim = _grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups)
-    svi = SVI(model, guide, optim, loss or Trace_ELBO())
-    # The batch is gathered inside the compiled step: one dispatch per step.
-    update = jax.jit(lambda state, data, idx: svi.update(state, *_take(data, idx), **kwargs))
-
-    with _binds() as bound:  # the library objects the model and guide read their parameters through
-        state = svi.init(jax.random.PRNGKey(seed), *_batch(data, plan, 0), **kwargs)
-    losses, start, best = [], 0, None
-    if resume and os.path.exists(checkpoint):
-        start, losses, state, best = _load(checkpoint, state, tracker)
-
-    current = [state]  # the state of the last step, read by the closures below
-
-    def step(i):
-        current[0], value = update(current[0], data, plan.indices(i))
+    def step(self, i):
+        self.state, value = self.update(self.state, self.data, self.plan.indices(i))
         return value
 
-    def save(done, best):
-        _save(checkpoint, done, current[0], losses, tracker, best)
+    def params(self):
+        return self.svi.get_params(self.state)
 
-    best, stopped = run_steps(
-        plan, start, losses, best, step, lambda: svi.get_params(current[0]), lambda: current[0],
-        None if checkpoint is None else save, tracker=tracker, validation=validation, eval_every=eval_every,
-        callbacks=callbacks, checkpoint_every=checkpoint_every, progress=progress,
-        loss_every=loss_every, to_floats=_to_floats,
-    )
-    state = current[0]
-    if restore_best and best is not None:
-        state = best
-    params = svi.get_params(state)
-    _write_back(bound, params)
-    return FitResult(np.asarray(losses), params, tracker.history, tracker.best_step, stopped, state)
+    def snapshot(self):
+        return self.state
+
+    def restore(self, best):
+        self.state = best
+
+    def save(self, path, done, losses, tracker, best):
+        _save(path, done, self.state, losses, tracker, best)
+
+    def load(self, path, tracker):
+        start, losses, self.state, best = _load(path, self.state, tracker)
+        return start, losses, best
+
+    def finish(self):
+        params = self.params()
+        _write_back(self.bound, params)
+        return params, self.state
+
+    @staticmethod
+    def to_floats(values):
+        return [float(v) for v in jax.device_get(values)]  # one wait for all
+
+
+fit = make_fit(
+    _Trainer, __name__, ppl="NumPyro", how=", one jit-compiled ``SVI.update`` per step",
+    loss="a NumPyro ELBO (``Trace_ELBO()`` by default).",
+    optimizer="a NumPyro optimiser class taking the step size (``numpyro.optim.Adam`` by default).",
+)
 
 
 @contextlib.contextmanager
@@ -133,8 +86,6 @@ def _write_back(bound, params):
                 setattr(obj, name, params[key])
 
 
-if fit.__doc__:  # None under python -OO
-    fit.__doc__ = fit.__doc__.format(param_groups=PARAM_GROUPS_DOC)
 
 
 def _step_size(lr, lr_schedule):
@@ -178,10 +129,6 @@ class _Grouped(numpyro.optim._NumPyroOptim):
 
     def get_params(self, state):
         return {n: v for (_, _, optim), sub in zip(self.groups, state[1]) for n, v in optim.get_params(sub).items()}
-
-
-def _to_floats(values):
-    return [float(v) for v in jax.device_get(values)]  # one wait for all
 
 
 def _batch(data, plan, step):

@@ -1,7 +1,7 @@
 """Input validation: clear ``TypeError``/``ValueError`` messages that name the argument."""
 import torch
 
-from sparsegp_common.checks import one_of, positive_int, probabilities  # noqa: F401  (re-exported)
+from sparsegp_common.checks import ArrayChecks, one_of, positive_int, probabilities  # noqa: F401  (re-exported)
 
 
 def as_tensor(value, name, like=None):
@@ -23,47 +23,6 @@ def as_tensor(value, name, like=None):
     return tensor
 
 
-def finite(tensor, name):
-    if not bool(torch.isfinite(tensor).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return tensor
-
-
-def positive(value, name, like=None):
-    """A hyperparameter that must be strictly positive (and finite)."""
-    tensor = finite(as_tensor(value, name, like), name)
-    if not bool((tensor > 0).all()):
-        raise ValueError(f"{name} must be positive, got {tensor.detach().cpu().numpy()}")
-    return tensor
-
-
-def inputs(X, name="X", input_dim=None, values=True):
-    """Inputs as an (N, D) tensor; 1-D inputs are read as (N, 1); NaN/inf is an error
-    unless ``values=False`` (shape only: the caller checks the rows it uses)."""
-    X = as_tensor(X, name)
-    if values:
-        finite(X, name)
-    if X.dim() == 1:
-        X = X.unsqueeze(-1)
-    if X.dim() != 2:
-        raise ValueError(f"{name} must have shape (N, D), got {tuple(X.shape)}")
-    if input_dim is not None and X.shape[-1] != input_dim:
-        raise ValueError(f"{name} has {X.shape[-1]} input dimensions but the model expects {input_dim}")
-    return X
-
-
-def same_length(y, n, name="y", other="X"):
-    if y.shape[0] != n:
-        raise ValueError(f"{name} has length {y.shape[0]} but {other} has {n} rows")
-    return y
-
-
-def integer_valued(y, name):
-    if not bool((y == torch.round(y)).all()):
-        raise ValueError(f"{name} must hold integers")
-    return y
-
-
 as_array = as_tensor  # the name the backend-free core uses
 
 
@@ -75,3 +34,12 @@ def host(tensor):
 def all_true(predicate, tensor):
     """``predicate(tensor).all()`` as a Python bool."""
     return bool(predicate(tensor).all())
+
+
+class _Checks(ArrayChecks):
+    as_array, all_true, host = staticmethod(as_array), staticmethod(all_true), staticmethod(host)
+
+
+_checks = _Checks()
+finite, positive, inputs = _checks.finite, _checks.positive, _checks.inputs
+same_length, integer_valued = _checks.same_length, _checks.integer_valued

@@ -1,18 +1,13 @@
-"""Prediction from any GP prior component: latent moments, observed-value moments and quantiles
-through a likelihood, and posterior function samples, in batches with bounded memory.
-
-``params`` (e.g. ``FitResult.params``) substitutes parameter values; by default they are read from
-Pyro's param store, where ``fit`` leaves them.
-"""
+"""Prediction from any GP prior component (documented in :mod:`sparsegp_common.prediction`)."""
 import contextlib
 
 import torch
 from pyro import poutine
 
+from sparsegp_common import prediction as core
 from sparsegp_common.prediction import Prediction
 
 from . import checks
-from .linalg import cholesky
 from .params import active
 
 __all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
@@ -39,19 +34,6 @@ def _batches(X, batch_size):
 
 
 def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
-    """Moments of ``q(f(X))``.
-
-    Args:
-        prior: a GP prior component.
-        X: inputs ``(N, D)``.
-        full_cov: return the ``(N, N)`` (``(L, N, N)``) covariance instead of variances; then
-            ``X`` is not batched.
-        batch_size: rows per batch for the diagonal case (memory is O(batch_size * M)).
-        params: optional ``{name: value}`` parameter values.
-
-    Returns:
-        mean ``(N,)`` (``(N, L)``) and variance of the same shape, or covariance.
-    """
     X = checks.inputs(X, "X", prior.input_dim)
     with _evaluating(prior, params):
         posterior = prior.posterior()
@@ -62,18 +44,6 @@ def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
 
 
 def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
-    """Moments and quantiles of the predictive ``p(y*) = int p(y* | f) q(f) df`` at ``X``.
-
-    Args:
-        prior, X, batch_size, params: as for :func:`predict_f`.
-        likelihood: the observation model.
-        quantiles: levels in (0, 1), e.g. ``(0.025, 0.5, 0.975)``, or None. Closed form for
-            ``Gaussian``; otherwise from ``num_samples`` draws of ``y*`` per input (seeded by
-            ``seed``; the global RNG is left untouched).
-
-    Returns:
-        Prediction: ``mean``, ``variance`` and ``quantiles`` (``(Q, N)`` or None).
-    """
     levels = None if quantiles is None else checks.probabilities(quantiles, "quantiles")
     mean, var = predict_f(prior, X, batch_size=batch_size, params=params)
     with _evaluating(likelihood, params, seed):
@@ -88,18 +58,10 @@ def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samp
 
 
 def sample_f(prior, X, num_samples=1, *, seed=0, jitter=1e-6, params=None):
-    """Joint draws of ``f(X)`` from ``q(f)``: shape ``(num_samples, N)`` (``(S, N, L)``).
-
-    Uses the full ``N x N`` posterior covariance (plus ``jitter``), so ``N`` should be at most a
-    few thousand; for per-point uncertainty of large test sets use :func:`predict_f`.
-    """
     num_samples = checks.positive_int(num_samples, "num_samples")
     mean, cov = predict_f(prior, X, full_cov=True, params=params)
-    with torch.random.fork_rng():  # the global RNG is left as it was
-        torch.manual_seed(seed)
-        L = cholesky(cov, jitter)
-        if mean.dim() == 1:
-            eps = torch.randn(num_samples, mean.shape[0], 1, dtype=mean.dtype, device=mean.device)
-            return mean + (L @ eps).squeeze(-1)
-        eps = torch.randn(num_samples, *L.shape[:-1], 1, dtype=mean.dtype, device=mean.device)
-        return mean + (L @ eps).squeeze(-1).transpose(-1, -2)
+    key = torch.Generator(mean.device).manual_seed(seed)  # a local generator: the global RNG is left as it was
+    return core.joint_draws(mean, cov, num_samples, key, jitter)
+
+
+predict_f.__doc__, predict_y.__doc__, sample_f.__doc__ = core.PREDICT_F, core.PREDICT_Y, core.SAMPLE_F

@@ -1,114 +1,71 @@
 """``fit``: stochastic variational inference for any Pyro model/guide pair."""
 import os
 
-import numpy as np
 import pyro
 import torch
 from pyro import poutine
 
-from sparsegp_common.training import (
-    PARAM_GROUPS_DOC, EarlyStopping, FitResult, FitState, check_fit_options, interval, make_plan, run_steps,
-    split_param_groups,
-)
+from sparsegp_common.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
 __all__ = ["FitResult", "FitState", "fit"]
 
 
-def fit(
-    model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
-    lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
-    restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
-    loss_every=10, param_groups=None, **kwargs,
-):
-    """Train ``model``/``guide`` by SVI; each step calls ``loss(model, guide, *batch, **kwargs)``.
+class _Trainer(Trainer):
+    """Parameters in Pyro's param store, a torch optimiser over them (one group per
+    ``param_groups`` entry) and a learning-rate schedule."""
 
-    Args:
-        model, guide: the Pyro model and guide.
-        data: tuple of tensors with the same first dimension N (e.g. ``(X, y)``), passed
-            positionally to the model and guide, split into minibatches when ``batch_size`` is
-            given. The model must then scale its data terms by N / batch_size (``GPModel`` does
-            this when built with ``num_data=N``).
-        num_steps, num_epochs: the length of training (exactly one of them).
-        batch_size: rows per step, drawn without replacement within each epoch (None: all).
-        loss: a Pyro ELBO (``Trace_ELBO()`` by default) or a callable
-            ``loss(model, guide, *args, **kwargs) -> tensor``.
-        lr: learning rate.
-        lr_schedule: optional ``schedule(step) -> multiplier`` of ``lr`` (``step`` counts from 0).
-        optimizer: a ``torch.optim.Optimizer`` class (``torch.optim.Adam`` by default).
-        {param_groups}
-        callbacks: callables ``callback(state: FitState)`` run after every step; setting
-            ``state.stop = True`` ends training.
-        validation: optional ``validation(params) -> float`` (lower is better), run every
-            ``eval_every`` steps (default: each epoch, or every 100 steps without minibatches).
-        patience: stop after this many evaluations without improvement (None: never).
-        restore_best: with ``validation``, end with the parameters of the best evaluation.
-        checkpoint: file to save parameters, optimiser, RNG state and history to, every
-            ``checkpoint_every`` steps (default: each epoch, or every 100 steps) and at the end.
-        resume: continue from ``checkpoint`` when it exists; the run then reaches the same
-            parameters as an uninterrupted one with the same seed.
-        seed: seeds Pyro's RNG and the minibatch order.
-        progress: show a tqdm progress bar (with the running loss, from the first read).
-        loss_every: read the loss back from the device every this many steps (reading waits for
-            the step; 1 reads every step). ``FitResult.losses`` still holds every step's loss,
-            and callbacks reading ``state.loss`` get it at once.
-        **kwargs: passed to the model and guide.
+    def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
+        self.model, self.guide, self.data, self.plan, self.kwargs = model, guide, tuple(data), plan, kwargs
+        self.loss_fn = _loss_fn(loss)
+        pyro.set_rng_seed(seed)
+        self.names, self.values = _capture_params(self.loss_fn, model, guide, _batch(self.data, plan, 0), kwargs)
+        by_name = dict(zip(self.names, self.values))
+        groups = [{"params": [by_name[n] for n in group], "lr": group_lr, **options}
+                  for group, group_lr, options in split_param_groups(self.names, param_groups, lr)]
+        self.opt = (optimizer or torch.optim.Adam)(groups, lr=lr)
+        self.schedule = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(self.opt, lr_schedule)
 
-    Returns:
-        FitResult: losses ``(num_steps,)``, final (constrained) params, validation history.
-    """
-    plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
-    check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
-    eval_every = interval(eval_every, plan, "eval_every")
-    checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
-    loss_fn = _loss_fn(loss)
-    tracker = EarlyStopping(patience)
-
-    pyro.set_rng_seed(seed)
-    names, params = _capture_params(loss_fn, model, guide, _batch(data, plan, 0), kwargs)
-    by_name = dict(zip(names, params))
-    groups = [{"params": [by_name[n] for n in group], "lr": group_lr, **options}
-              for group, group_lr, options in split_param_groups(names, param_groups, lr)]
-    opt = (optimizer or torch.optim.Adam)(groups, lr=lr)
-    schedule = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule)
-    losses, start, best = [], 0, None
-    if resume and os.path.exists(checkpoint):
-        start, losses, best = _load(checkpoint, names, params, opt, schedule, tracker)
-
-    def constrained():
-        store = pyro.get_param_store()
-        return {name: store[name].detach().clone() for name in names}
-
-    def step(i):
-        opt.zero_grad()
-        value = loss_fn(model, guide, *_batch(data, plan, i), **kwargs)
+    def step(self, i):
+        self.opt.zero_grad()
+        value = self.loss_fn(self.model, self.guide, *_batch(self.data, self.plan, i), **self.kwargs)
         value.backward()
-        opt.step()
-        if schedule is not None:
-            schedule.step()
+        self.opt.step()
+        if self.schedule is not None:
+            self.schedule.step()
         return value.detach()
 
-    def save(done, best):
-        _save(checkpoint, done, names, params, opt, schedule, losses, tracker, best)
+    def params(self):
+        store = pyro.get_param_store()
+        return {name: store[name].detach().clone() for name in self.names}
 
-    best, stopped = run_steps(
-        plan, start, losses, best, step, constrained, lambda: [p.detach().clone() for p in params],
-        None if checkpoint is None else save, tracker=tracker, validation=validation, eval_every=eval_every,
-        callbacks=callbacks, checkpoint_every=checkpoint_every, progress=progress,
-        loss_every=loss_every, to_floats=_to_floats,
-    )
-    if restore_best and best is not None:
+    def snapshot(self):
+        return [p.detach().clone() for p in self.values]
+
+    def restore(self, best):
         with torch.no_grad():
-            for p, b in zip(params, best):
+            for p, b in zip(self.values, best):
                 p.copy_(b)
-    return FitResult(np.asarray(losses), constrained(), tracker.history, tracker.best_step, stopped, opt)
+
+    def save(self, path, done, losses, tracker, best):
+        _save(path, done, self.names, self.values, self.opt, self.schedule, losses, tracker, best)
+
+    def load(self, path, tracker):
+        return _load(path, self.names, self.values, self.opt, self.schedule, tracker)
+
+    def finish(self):
+        return self.params(), self.opt
+
+    @staticmethod
+    def to_floats(values):
+        return torch.stack([v.reshape(()) for v in values]).tolist()  # one transfer for all
 
 
-if fit.__doc__:  # None under python -OO
-    fit.__doc__ = fit.__doc__.format(param_groups=PARAM_GROUPS_DOC)
-
-
-def _to_floats(values):
-    return torch.stack([v.reshape(()) for v in values]).tolist()  # one transfer for all
+fit = make_fit(
+    _Trainer, __name__, ppl="Pyro", how="; each step calls ``loss(model, guide, *batch, **kwargs)``",
+    loss="a Pyro ELBO (``Trace_ELBO()`` by default) or a callable\n"
+         "            ``loss(model, guide, *args, **kwargs) -> tensor``.",
+    optimizer="a ``torch.optim.Optimizer`` class (``torch.optim.Adam`` by default).",
+)
 
 
 def _loss_fn(loss):

@@ -1,6 +1,5 @@
 """Variational orthogonal features (the formulas are :mod:`sparsegp_common.vof_features`), as Pyro
 modules: frequencies come from torch's global RNG, the loss is a plain callable."""
-import pyro
 import torch
 
 from sparsegp_common import vof_features as core
@@ -9,7 +8,7 @@ from sparsegp_common.vof_features import collapsed_moments, hermite_kuf, sampled
 from .features import Features, Kuf, Kuu  # noqa: F401  (importable from here, as before)
 from .likelihoods import Gaussian
 from .models import GPModel
-from .params import active, adapt
+from .params import adapt
 
 __all__ = [
     "CollapsedELBO", "FourierFeatures", "HermiteFeatures", "LegendreFeatures", "SpectralFeatures", "VOFModel",

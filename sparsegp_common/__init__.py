@@ -1,5 +1,2 @@
-"""Backend-independent helpers shared by ``pyro_sparsegp`` and ``numpyro_sparsegp``.
-
-Only plain Python and NumPy live here: multiple dispatch, quadrature nodes and the texts of
-error messages, so that both backends raise the same advice.
-"""
+"""The backend-free core of ``pyro_sparsegp`` and ``numpyro_sparsegp``: every formula written once
+against the array API standard, with a small op set per array library (see ``docs/design.md``)."""

@@ -1,5 +1,17 @@
-"""The result type of ``predict_y``, shared by both backends."""
+"""Prediction from any GP prior component, documented once for both backends: latent moments,
+observed-value moments and quantiles through a likelihood, and joint posterior draws, in batches
+with bounded memory.
+
+``params`` (e.g. ``FitResult.params``) substitutes parameter values; without it the trained
+values that ``fit`` leaves are used (Pyro's param store; NumPyro's ``fit`` writes them back into
+the objects). Pyro evaluates without an autograd graph; NumPyro runs each batch in one compiled
+program (the last batch padded to the same shape), compiled once per prior (and likelihood)
+object, option and batch shape, with the parameter values as arguments, so later calls reuse it.
+"""
 from typing import Any, NamedTuple, Optional
+
+from .linalg import cholesky
+from .ops import backend
 
 
 class Prediction(NamedTuple):
@@ -14,3 +26,48 @@ class Prediction(NamedTuple):
     mean: Any
     variance: Any
     quantiles: Optional[Any]
+
+
+PREDICT_F = """Moments of ``q(f(X))``.
+
+    Args:
+        prior: a GP prior component.
+        X: inputs ``(N, D)``.
+        full_cov: return the ``(N, N)`` (``(L, N, N)``) covariance instead of variances; then
+            ``X`` is not batched.
+        batch_size: rows per batch for the diagonal case (memory is O(batch_size * M)).
+        params: optional ``{name: value}`` parameter values (e.g. ``FitResult.params``); by
+            default the trained values ``fit`` leaves.
+
+    Returns:
+        mean ``(N,)`` (``(N, L)``) and variance of the same shape, or covariance.
+    """
+
+PREDICT_Y = """Moments and quantiles of the predictive ``p(y*) = int p(y* | f) q(f) df`` at ``X``.
+
+    Args:
+        prior, X, batch_size, params: as for ``predict_f``.
+        likelihood: the observation model.
+        quantiles: levels in (0, 1), e.g. ``(0.025, 0.5, 0.975)``, or None. Closed form for
+            ``Gaussian``; otherwise from ``num_samples`` draws of ``y*`` per input, seeded by
+            ``seed`` (Pyro's global RNG is left untouched).
+
+    Returns:
+        Prediction: ``mean``, ``variance`` and ``quantiles`` (``(Q, N)`` or None).
+    """
+
+SAMPLE_F = """Joint draws of ``f(X)`` from ``q(f)``: shape ``(num_samples, N)`` (``(S, N, L)``).
+
+    Uses the full ``N x N`` posterior covariance (plus ``jitter``), so ``N`` should be at most a
+    few thousand; for per-point uncertainty of large test sets use ``predict_f``. The draws come
+    from ``seed`` alone (Pyro's global RNG is left untouched).
+    """
+
+
+def joint_draws(mean, cov, num_samples, key, jitter):
+    """``mean + chol(cov + jitter I) eps``: ``(S, N)`` from ``mean`` ``(N,)`` and ``cov``
+    ``(N, N)``, or ``(S, N, L)`` from ``(N, L)`` and ``(L, N, N)``; ``eps`` from ``key``."""
+    L = cholesky(cov, jitter)
+    eps = backend(mean).normal(key, (num_samples,) + tuple(L.shape[:-1]) + (1,), mean)
+    f = (L @ eps)[..., 0]
+    return mean + (f if mean.ndim == 1 else f.mT)

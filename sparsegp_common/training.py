@@ -1,8 +1,10 @@
-"""Backend-free pieces of the training loop ``fit``: the step plan, minibatch indices, early
-stopping, the progress bar and the result objects shared by both backends."""
+"""The training loop ``fit``, written once: the step plan, minibatch indices, early stopping,
+checkpoint schedule, the progress bar and the result objects; each backend gives a
+:class:`Trainer` (its optimiser, step and checkpoint format) to :func:`make_fit`."""
 import dataclasses
 import fnmatch
 import math
+import os
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -209,6 +211,54 @@ def interval(every, plan, name):
     return int(every)
 
 
+FIT_DOC = """Train ``model``/``guide`` by SVI{how}.
+
+    Args:
+        model, guide: the {ppl} model and guide.
+        data: tuple of arrays (tensors in Pyro) with the same first dimension N (e.g. ``(X, y)``),
+            passed positionally to the model and guide, split into minibatches when
+            ``batch_size`` is given. The model must then scale its data terms by N / batch_size
+            (``GPModel`` does this when built with ``num_data=N``).
+        num_steps, num_epochs: the length of training (exactly one of them).
+        batch_size: rows per step, drawn without replacement within each epoch (None: all).
+        loss: {loss}
+        lr: learning rate.
+        lr_schedule: optional ``schedule(step) -> multiplier`` of ``lr`` (``step`` counts from 0;
+            NumPyro traces it with JAX, so write it with ``jnp`` or plain arithmetic there).
+        optimizer: {optimizer}
+        {param_groups}
+        callbacks: callables ``callback(state: FitState)`` run after every step; setting
+            ``state.stop = True`` ends training.
+        validation: optional ``validation(params) -> float`` (lower is better), run every
+            ``eval_every`` steps (default: each epoch, or every 100 steps without minibatches).
+        patience: stop after this many evaluations without improvement (None: never).
+        restore_best: with ``validation``, end with the parameters of the best evaluation.
+        checkpoint: file to save parameters, optimiser and RNG state and the history to, every
+            ``checkpoint_every`` steps (default: each epoch, or every 100 steps) and at the end
+            (plain tensors for ``torch.load(weights_only=True)`` in Pyro, an ``.npz`` of the SVI
+            state in NumPyro: loading unpickles no code).
+        resume: continue from ``checkpoint`` when it exists; the run then reaches the same
+            parameters as an uninterrupted one with the same seed.
+        seed: seeds the RNG (Pyro's global one, NumPyro's SVI key) and the minibatch order.
+        progress: show a tqdm progress bar (with the running loss, from the first read).
+        loss_every: read the loss back from the device every this many steps (reading waits for
+            the step; 1 reads every step). ``FitResult.losses`` still holds every step's loss,
+            and callbacks reading ``state.loss`` get it at once.
+        **kwargs: passed to the model and guide (held fixed in NumPyro: the jit closes over them).
+
+    Returns:
+        FitResult: losses ``(num_steps,)``, final (constrained) params, validation history, and
+        the optimiser (Pyro) or the final ``SVIState`` (NumPyro).
+
+    After ``fit`` the trained values are where predictions read them, in both backends: Pyro's
+    param store, and in NumPyro the library objects (kernels, priors, likelihoods, ...) whose
+    parameters the model and guide read, whichever way they reach them (bound methods, closures,
+    globals): every object whose ``bind()`` runs during ``SVI.init`` gets the values of its sites
+    ``<name>.<attribute>``. So ``predict_f(prior, X)`` after ``fit`` uses the trained values
+    without ``params=``, and a second ``fit`` continues from them. Parameters of other NumPyro
+    guides (e.g. autoguides) are only in ``FitResult.params``.
+    """
+
 PARAM_GROUPS_DOC = """param_groups: optional list of dicts, each giving some parameters their own
             learning rate and optimiser options, e.g. ``[{"params": "gp.net.*", "lr": 1e-3,
             "weight_decay": 1e-4}]``. ``"params"`` selects parameters by site name: a glob pattern,
@@ -326,3 +376,61 @@ def report(bar, losses, window):
     noisy minibatch losses; from the first read on)."""
     if losses:
         bar.set_postfix(loss=f"{np.mean(losses[-window:]):.4g}", refresh=False)
+
+
+def make_fit(trainer, module, **doc):
+    """The ``fit`` of a backend: the loop, options, plan, early stopping and checkpoint schedule
+    written once around ``trainer``, the backend's side (see :class:`Trainer`); ``doc`` fills the
+    backend's phrases of :data:`FIT_DOC`."""
+
+    def fit(
+        model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
+        lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
+        restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
+        loss_every=10, param_groups=None, **kwargs,
+    ):
+        plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
+        check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
+        eval_every = interval(eval_every, plan, "eval_every")
+        checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
+        tracker = EarlyStopping(patience)
+        run = trainer(model, guide, data, plan, loss=loss, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer,
+                      param_groups=param_groups, seed=seed, kwargs=kwargs)
+        losses, start, best = [], 0, None
+        if resume and os.path.exists(checkpoint):
+            start, losses, best = run.load(checkpoint, tracker)
+        best, stopped = run_steps(
+            plan, start, losses, best, run.step, run.params, run.snapshot,
+            None if checkpoint is None else (lambda done, best: run.save(checkpoint, done, losses, tracker, best)),
+            tracker=tracker, validation=validation, eval_every=eval_every, callbacks=callbacks,
+            checkpoint_every=checkpoint_every, progress=progress, loss_every=loss_every, to_floats=run.to_floats,
+        )
+        if restore_best and best is not None:
+            run.restore(best)
+        params, state = run.finish()
+        return FitResult(np.asarray(losses), params, tracker.history, tracker.best_step, stopped, state)
+
+    fit.__module__ = module
+    fit.__doc__ = FIT_DOC.format(param_groups=PARAM_GROUPS_DOC, **doc)
+    return fit
+
+
+class Trainer:
+    """The backend's side of ``fit`` (:func:`make_fit`): built as ``Trainer(model, guide, data,
+    plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs)``, it creates the
+    parameters (running the model and guide once on the first batch) and the optimiser, and
+    answers:
+
+    * ``step(i)``: run 0-based step ``i``; returns its loss as a device scalar;
+    * ``params()``: the current constrained values ``{name: value}``;
+    * ``snapshot()`` / ``restore(best)``: copy, and go back to, what the best evaluation needs;
+    * ``save(path, done, losses, tracker, best)`` / ``load(path, tracker) -> (start, losses, best)``:
+      checkpoints of plain arrays (nothing is unpickled);
+    * ``finish() -> (params, state)``: the final values, left where predictions read them, and the
+      optimiser state for ``FitResult.state``;
+    * ``to_floats(scalars)``: read losses back in one transfer.
+    """
+
+    @staticmethod
+    def to_floats(values):
+        return [float(v) for v in values]

@@ -94,8 +94,8 @@ def test_losses_are_read_back_every_loss_every_steps(backend, monkeypatch):
     every_step = backend.lib.fit(model.model, model.guide, (X, y), loss_every=1, **options)
     backend.reset()
     model, X, y = problem(backend, num_data=N)
-    reads, shown, to_floats = [], [], training._to_floats
-    monkeypatch.setattr(training, "_to_floats", lambda v: reads.append(len(v)) or to_floats(v))
+    reads, shown, to_floats = [], [], training._Trainer.to_floats
+    monkeypatch.setattr(training._Trainer, "to_floats", staticmethod(lambda v: reads.append(len(v)) or to_floats(v)))
     monkeypatch.setattr(core, "report", lambda bar, losses, window: shown.append(len(losses)))
     chunked = backend.lib.fit(model.model, model.guide, (X, y), loss_every=10, **options)
     assert chunked.losses.shape == (24,)
