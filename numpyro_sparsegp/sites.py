@@ -33,9 +33,10 @@ def draws():
 
 def key(key):
     """The key random draws use: ``key``, else ``numpyro.prng_key()`` (under a seed handler)."""
-    key = numpyro.prng_key() if key is None else key
     if key is None:
-        raise ValueError("random draws need `key` or a numpyro seed handler")
+        if not draws():
+            raise ValueError("random draws need `key` or a numpyro seed handler")
+        key = numpyro.prng_key()
     return key
 
 
