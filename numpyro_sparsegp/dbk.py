@@ -1,6 +1,6 @@
 """Deep basis kernels (the formulas and models are :mod:`sparsegp_common.dbk`), with the basis
-networks as equinox modules, registered with ``numpyro.contrib.module.eqx_module`` as the
-parameter ``<name>.net$params`` (a pytree) when the component is bound.
+networks as equinox modules, whose weights are the parameters ``<name>.net.<path>`` when the
+component is bound (``gp.net.hidden.0.weight``: the names and shapes of the Pyro backend).
 """
 import contextlib
 
@@ -9,14 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpyro
 from numpyro import handlers
-from numpyro.contrib.module import eqx_module
-from numpyro.primitives import _PYRO_STACK
 
 from sparsegp_common import dbk as common
 from sparsegp_common.dbk import SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
 from . import checks, predict
-from .params import Parameterized, adapt
+from .params import Parameterized, _join, adapt
 from .priors import GPPrior
 
 __all__ = ["MLP", "ResNet", "ExactDBK", "SVDBK", "SVDBKPosterior", "correction", "lowrank_lml", "trace_penalty",
@@ -88,6 +86,22 @@ class ResNet(eqx.Module):
         return _rows(self._one, X)
 
 
+def _map_weights(net, fn):
+    """``net`` with each weight ``w`` replaced by ``fn(path, w)``, ``path`` as torch names it
+    (``hidden.0.weight``)."""
+    weights, static = eqx.partition(net, eqx.is_inexact_array)
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(weights)
+    new = [fn(".".join(_key_name(k) for k in path), w) for path, w in leaves]
+    return eqx.combine(jax.tree_util.tree_unflatten(treedef, new), static)
+
+
+def _key_name(key):
+    for attr in ("name", "idx", "key"):  # GetAttrKey, SequenceKey, DictKey
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
 # ---------------------------------------------------------------- models
 
 
@@ -109,14 +123,20 @@ class _DeepBasis(common._DeepBasis, Parameterized):
         return jax.tree_util.tree_leaves(eqx.filter(net, eqx.is_inexact_array))[0]
 
     def bind(self, prefix=None):
-        """Also registers the network as the parameter ``<prefix>.net$params`` (its initial weights
-        outside any handler, as for every other parameter)."""
+        """Also registers each weight of the network as a parameter ``<prefix>.net.<path>``
+        (``gp.net.hidden.0.weight``: the names and shapes the Pyro backend gives a torch network),
+        its initial value outside any handler, as for every other parameter."""
         if self._bound:
             return self
         new = super().bind(prefix)
-        name = f"{self.name if prefix is None else prefix}.net"
-        new.net = eqx_module(name, self.net) if _PYRO_STACK else self.net
+        net = _join(self.name if prefix is None else prefix, "net")
+        new.net = _map_weights(self.net, lambda path, w: numpyro.param(f"{net}.{path}", w))
         return new
+
+    def _assign(self, prefix, params):
+        super()._assign(prefix, params)
+        net = _join(prefix, "net")
+        self.net = _map_weights(self.net, lambda path, w: params.get(f"{net}.{path}", w))
 
     @contextlib.contextmanager
     def _reading(self):

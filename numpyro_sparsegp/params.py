@@ -115,6 +115,14 @@ class Parameterized:
         new._bound = True
         return new
 
+    def _assign(self, prefix, params):
+        """Take the values of this object's own sites ``<prefix>.<attribute>`` from ``params``
+        (``fit`` writes its final values back this way)."""
+        for name in self._constraints:
+            key = _join(prefix, name)
+            if key in params:
+                setattr(self, name, params[key])
+
     def to(self, dtype):
         """Cast the initial parameter values (recursively) to ``dtype``; returns self."""
         for name in self._constraints:

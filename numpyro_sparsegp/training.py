@@ -80,10 +80,7 @@ def _binds():
 def _write_back(bound, params):
     """Make the final values the objects' own values, where predictions (and a next ``fit``) read them."""
     for obj, prefix in bound:
-        for name in obj._constraints:
-            key = f"{prefix}.{name}" if prefix else name
-            if key in params:
-                setattr(obj, name, params[key])
+        obj._assign(prefix, params)
 
 
 

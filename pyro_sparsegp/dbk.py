@@ -6,7 +6,7 @@ import contextlib
 
 import pyro
 import torch
-from pyro.nn.module import to_pyro_module_
+from pyro.nn.module import PyroParam, to_pyro_module_
 
 from sparsegp_common import dbk as common
 from sparsegp_common.dbk import SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
@@ -81,11 +81,16 @@ class _DeepBasis(common._DeepBasis, Parameterized):
 
     @staticmethod
     def _register(net):
-        """Check the network and convert it in place to a PyroModule, so its parameters are Pyro params."""
+        """Check the network and convert it in place to a PyroModule whose weights are PyroParams:
+        read through ``pyro.param`` like every other parameter, so ``params=`` (``poutine.substitute``)
+        reaches them (a plain ``nn.Parameter`` is registered but always read from the module)."""
         if not isinstance(net, torch.nn.Module):
             raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
         common.check_basis_net(net)
         to_pyro_module_(net)
+        for module in net.modules():
+            for name, weight in list(module.named_parameters(recurse=False)):
+                setattr(module, name, PyroParam(weight.detach().clone()))
         return net
 
     @staticmethod

@@ -12,8 +12,9 @@ Here ``phi(x) = sqrt(variance) net(x)``: a learnable kernel variance carries the
   ``Trace_ELBO`` path with ``w`` sampled.
 
 The networks belong to each backend (``torch.nn`` modules in ``pyro_sparsegp.dbk``, converted to
-PyroModules; equinox modules in ``numpyro_sparsegp.dbk``, registered with
-``numpyro.contrib.module.eqx_module`` as the parameter ``<name>.net$params`` when bound).
+PyroModules; equinox modules in ``numpyro_sparsegp.dbk``); in both their weights are the
+parameters ``<name>.net.<path>`` (``gp.net.hidden.0.weight``), with the same names and shapes, so
+``FitResult.params`` and checkpoints carry over between the backends.
 
 Variance correction (paper section 3.3): the corrected kernel adds a white-noise-like diagonal
 ``c(x) = max(M, |phi(x)|^2) - |phi(x)|^2`` so that the prior variance is the constant ``M``, the
@@ -268,8 +269,8 @@ class ExactDBK(_DeepBasis):
     Args:
         net: the basis network ``(N, D) -> (N, r)`` with integer attributes ``input_dim`` and
             ``rank`` (:class:`MLP`, :class:`ResNet`): in Pyro a ``torch.nn.Module``, converted in
-            place to a PyroModule, its parameters ``<name>.net.*`` in Pyro's param store; in
-            NumPyro an equinox module, its parameters ``<name>.net$params``.
+            place to a PyroModule; in NumPyro an equinox module. Its weights are the parameters
+            ``<name>.net.<path>`` in both (``<name>.net.hidden.0.weight``).
         noise: initial noise variance ``sigma^2`` (constrained above 1e-6).
         variance: initial kernel variance ``v`` in ``phi(x) = sqrt(v) net(x)`` (positive).
         variance_correction: the paper's correction (trace term in training, eq. 12 in
@@ -410,8 +411,8 @@ class SVDBK(_DeepBasis, GPPrior):
     Args:
         net: the basis network ``(N, D) -> (N, r)`` with integer attributes ``input_dim`` and
             ``rank`` (:class:`MLP`, :class:`ResNet`): in Pyro a ``torch.nn.Module``, converted in
-            place to a PyroModule, its parameters ``<name>.net.*``; in NumPyro an equinox
-            module, its parameters ``<name>.net$params``; ``q`` follows its dtype (and device).
+            place to a PyroModule; in NumPyro an equinox module. Its weights are the parameters
+            ``<name>.net.<path>`` in both; ``q`` follows its dtype (and device).
         variance: initial kernel variance ``v`` in ``phi(x) = sqrt(v) net(x)`` (positive; see
             :class:`ExactDBK` for why the scale is a parameter of its own).
         variance_correction: add ``c(x)`` (False: the "-c" ablation).

@@ -672,3 +672,35 @@ def test_pyro_and_numpyro_agree(arch):
         results.append(out)
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet"])
+def test_network_parameters_have_the_same_names_and_shapes_in_both_backends(arch):
+    """Each weight is a parameter ``<name>.net.<path>`` of the same shape in both backends, so the
+    trained values of one load into the other; NumPyro predictions after ``fit`` use the trained
+    network (``fit`` writes it back), as Pyro's do."""
+    rng = np.random.default_rng(3)
+    weights = random_weights(rng, arch, D=1, r=4, hidden=5)
+    X = rng.uniform(-1, 1, size=(32, 1))
+    y = np.sin(3 * X[:, 0])
+    out = {}
+    for backend in (PyroBackend(), NumPyroBackend()):
+        backend.reset()
+        model = gaussian_model(backend, svdbk(backend, weights, arch), num_data=32)
+        Xa, ya = backend.array(X), backend.array(y)
+        result = backend.lib.fit(model.model, model.guide, (Xa, ya), num_steps=25, lr=0.05, progress=False)
+        trained = backend.numpy(model.predict_f(Xa)[0])
+        np.testing.assert_allclose(trained, backend.numpy(model.predict_f(Xa, params=result.params)[0]), rtol=1e-10)
+        out[backend.name] = {k: backend.numpy(v).shape for k, v in result.params.items()}, result.params
+    shapes = {name: value[0] for name, value in out.items()}
+    assert shapes["pyro"] == shapes["numpyro"]
+    assert f"gp.net.{'hidden.0' if arch == 'mlp' else 'input'}.weight" in shapes["numpyro"]
+    # the Pyro-trained values, handed to the NumPyro model, give the Pyro predictions
+    backend = NumPyroBackend()
+    model = gaussian_model(backend, svdbk(backend, weights, arch), num_data=32)
+    params = {k: backend.array(PyroBackend().numpy(v)) for k, v in out["pyro"][1].items()}
+    pyro_backend = PyroBackend()
+    pyro_backend.reset()
+    pyro_model = gaussian_model(pyro_backend, svdbk(pyro_backend, weights, arch), num_data=32)
+    expected = pyro_backend.numpy(pyro_model.predict_f(pyro_backend.array(X), params=out["pyro"][1])[0])
+    np.testing.assert_allclose(backend.numpy(model.predict_f(backend.array(X), params=params)[0]), expected, rtol=1e-8)
