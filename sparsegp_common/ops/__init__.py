@@ -34,3 +34,16 @@ def backend(*arrays):
 
 def device(array):
     return array_api_compat.device(array)
+
+
+def plain_moments(Phi, y, s, wide):
+    """``Phi^T S^-1 Phi``, ``Phi^T S^-1 y``, ``y^T S^-1 y`` (dtype ``wide``) and ``|phi_n|^2``
+    (dtype of ``Phi``) for ``S = diag(s)`` (``s`` wide ``(N,)``; None: ``S = I``), as plain
+    products: the ``dbk_moments`` of the libraries without a blocked kernel (JAX, NumPy)."""
+    xp = namespace(Phi, y)
+    P, t = xp.astype(Phi, wide), xp.astype(y, wide)
+    sq = xp.sum(Phi**2, axis=-1)
+    if s is None:
+        return P.T @ P, P.T @ t, xp.sum(t**2), sq
+    scaled = P / s[:, None]
+    return P.T @ scaled, scaled.T @ t, xp.sum(t**2 / s), sq

@@ -5,6 +5,7 @@ from jax import lax
 from jax.scipy.linalg import solve_triangular
 
 from ..linalg import CholeskyError
+from . import plain_moments
 
 
 def solve_lower(L, B, transpose=False):
@@ -130,14 +131,8 @@ def cast_like(x, like):
 
 
 def dbk_moments(Phi, y, s=None):
-    """``Phi^T S^-1 Phi``, ``Phi^T S^-1 y``, ``y^T S^-1 y`` (wide) and ``|phi_n|^2`` (dtype of
-    ``Phi``) for ``S = diag(s)`` (``s`` wide ``(N,)``; None: ``S = I``), as plain products."""
-    P, t = Phi.astype(_wide_dtype()), y.astype(_wide_dtype())
-    sq = (Phi**2).sum(-1)
-    if s is None:
-        return P.T @ P, P.T @ t, (t**2).sum(), sq
-    scaled = P / s[:, None]
-    return P.T @ scaled, scaled.T @ t, (t**2 / s).sum(), sq
+    """See :func:`sparsegp_common.ops.plain_moments` (accumulated in float64 with ``jax_enable_x64``)."""
+    return plain_moments(Phi, y, s, _wide_dtype())
 
 
 # special functions for the likelihoods

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..linalg import CholeskyError
+from . import plain_moments
 
 
 def solve_lower(L, B, transpose=False):
@@ -88,14 +89,8 @@ def cast_like(x, like):
 
 
 def dbk_moments(Phi, y, s=None):
-    """``Phi^T S^-1 Phi``, ``Phi^T S^-1 y``, ``y^T S^-1 y`` (float64) and ``|phi_n|^2`` (dtype of
-    ``Phi``) for ``S = diag(s)`` (``s`` float64 ``(N,)``; None: ``S = I``), as plain products."""
-    P, t = Phi.astype(np.float64), y.astype(np.float64)
-    sq = (Phi**2).sum(-1)
-    if s is None:
-        return P.T @ P, P.T @ t, (t**2).sum(), sq
-    scaled = P / s[:, None]
-    return P.T @ scaled, scaled.T @ t, (t**2 / s).sum(), sq
+    """See :func:`sparsegp_common.ops.plain_moments` (accumulated in float64)."""
+    return plain_moments(Phi, y, s, np.float64)
 
 
 # special functions for the likelihoods (SciPy, imported when used)
