@@ -35,14 +35,14 @@ def _values(params, *objects):
     return {name: site["value"] for name, site in trace.items() if site["type"] == "param"}
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _moments(Xb, batch, values, prior, full_cov):
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _moments(Xb, batch, values, prior, full_cov, state):
     with handlers.substitute(data=values):
         return prior.bind().posterior().marginals(Xb, full_cov=full_cov)
 
 
-@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
-def _predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples):
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7, 8))
+def _predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples, state):
     key = jax.random.fold_in(key, batch)
     with handlers.substitute(data=values):
         mean, var = prior.bind().posterior().marginals(Xb)
@@ -58,8 +58,8 @@ def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
     X = checks.inputs(X, "X", prior.input_dim)
     values = _values(params, prior)
     if full_cov:
-        return _moments(X, 0, values, prior, True)
-    return _map_batches(_moments, X, batch_size, values, prior, False)
+        return _moments(X, 0, values, prior, True, prior.static_state())
+    return _map_batches(_moments, X, batch_size, values, prior, False, prior.static_state())
 
 
 def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
@@ -67,7 +67,7 @@ def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samp
     X = checks.inputs(X, "X", prior.input_dim)
     values = _values(params, prior, likelihood)
     (mean, var), q = _map_batches(_predictive, X, batch_size, values, jax.random.PRNGKey(seed), prior, likelihood,
-                                  levels, num_samples)
+                                  levels, num_samples, prior.static_state())
     return Prediction(mean, var, None if q is None else q.T)
 
 

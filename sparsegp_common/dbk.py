@@ -422,7 +422,8 @@ class SVDBK(_DeepBasis, GPPrior):
     ``q`` starts at the prior (``q_mu = 0``, ``q_sqrt = I``).
 
     ``max_sq_norm`` is a plain attribute, not a parameter: a compiled step (NumPyro's ``jit``)
-    keeps the value it was traced with, so set it before compiling (``fit`` compiles afresh).
+    keeps the value it was traced with, so set it before compiling (``fit`` compiles afresh;
+    NumPyro's predictions are keyed on it through :meth:`static_state` and recompile).
     """
 
     def __init__(self, net, *, variance=1.0, variance_correction=True, diagonal=False, name="gp"):
@@ -441,6 +442,9 @@ class SVDBK(_DeepBasis, GPPrior):
 
     def posterior(self):
         return SVDBKPosterior(self)
+
+    def static_state(self):
+        return (self.max_sq_norm,)
 
     def prior_variance(self, X):
         """The (corrected) prior variance ``|phi(x)|^2 + c(x)``: ``(N,)``."""

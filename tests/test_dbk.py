@@ -394,10 +394,11 @@ def test_corrected_svi_predictive_uses_the_training_max(backend, rng):
     X, Xs = rng.normal(size=(20, 2)), rng.normal(size=(7, 2)) * 3
     m, L = rng.normal(size=3), lower(rng, 3)
     prior = svdbk(backend, weights, "resnet", q_mu=m, q_sqrt=L)
+    model = gaussian_model(backend, prior)
+    model.predict_y(backend.array(Xs), batch_size=3)  # compiled (NumPyro) before calibrating: not reused after
     M = prior.calibrate(backend.array(X), batch_size=6)
     Phi, Phis = np_features("resnet", weights, X), np_features("resnet", weights, Xs)
     assert M == pytest.approx((Phi**2).sum(-1).max(), rel=1e-12)
-    model = gaussian_model(backend, prior)
     pred = model.predict_y(backend.array(Xs), batch_size=3)
     _, c_star = corrected(Phi, Phis)
     np.testing.assert_allclose(backend.numpy(pred.mean), Phis @ m, rtol=1e-10)
