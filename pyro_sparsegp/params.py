@@ -5,7 +5,6 @@ are named ``<module name>.<attribute>`` (for instance ``gp.kernel.lengthscale``)
 the parameter sites of the NumPyro backend. The classes of the core (``sparsegp_common``) become
 Pyro modules by :func:`adapt`.
 """
-import contextlib
 import functools
 import warnings
 
@@ -17,6 +16,7 @@ from torch.distributions import constraints
 from sparsegp_common import adapt as _adapt
 
 from . import checks, sites
+from .sites import active  # noqa: F401  (importable from here, as before)
 
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": constraints.lower_cholesky}
 
@@ -54,12 +54,3 @@ class Parameterized(PyroModule):
 
 
 adapt = functools.partial(_adapt.adapt, base=Parameterized)
-
-
-@contextlib.contextmanager
-def active(*modules):
-    """Register the modules' parameters with the param store while inside, as ``pyro_method`` does."""
-    with contextlib.ExitStack() as stack:
-        for module in modules:
-            stack.enter_context(module._pyro_context)
-        yield

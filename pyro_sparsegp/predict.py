@@ -8,7 +8,7 @@ from sparsegp_common import prediction as core
 from sparsegp_common.prediction import Prediction
 
 from . import checks
-from .params import active
+from .sites import active
 
 __all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
 

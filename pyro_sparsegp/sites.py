@@ -20,11 +20,18 @@ def inside(name):
 
 
 @contextlib.contextmanager
-def bound(*modules):
-    """The modules with their parameters registered and readable (as ``pyro_method`` does)."""
+def active(*modules):
+    """Register the modules' parameters with the param store while inside, as ``pyro_method`` does."""
     with contextlib.ExitStack() as stack:
         for module in modules:
             stack.enter_context(module._pyro_context)
+        yield
+
+
+@contextlib.contextmanager
+def bound(*modules):
+    """The modules with their parameters registered and readable (:func:`active`)."""
+    with active(*modules):
         yield modules
 
 

@@ -23,7 +23,7 @@ import numbers
 import numpy as np
 
 from . import windows
-from .objective import data_plate
+from .objective import data_plate, data_scale
 from .ops import backend, device, namespace
 from .prediction import Prediction
 from .priors import GPPrior
@@ -231,7 +231,7 @@ class CoxProcess:
             posterior = prior.posterior()
             if self.rule.binned:
                 return self._binned(posterior, events, key) - posterior.kl()
-            scale = (self.num_events or events.shape[0]) / events.shape[0]
+            scale = data_scale(self.num_events, events.shape[0])
             log_intensity = posterior.marginals(events)[0] + self._offset(events)
             xp = namespace(log_intensity)
             return scale * xp.sum(log_intensity) - self._integral(posterior, key) - posterior.kl()

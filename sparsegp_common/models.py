@@ -1,5 +1,5 @@
 """A stand-alone GP model: a prior component observed through a likelihood."""
-from .objective import data_plate
+from .objective import data_plate, data_scale
 from .priors import GPPrior
 
 
@@ -94,7 +94,7 @@ class GPModel:
         with self._sites.bound(self.prior, self.likelihood) as (prior, likelihood):
             posterior = prior.posterior()
             mean, var = posterior.marginals(X)
-            scale = (self.num_data or X.shape[0]) / X.shape[0]
+            scale = data_scale(self.num_data, X.shape[0])
             return scale * likelihood.expected_log_prob(y, mean, var, key=key).sum() - posterior.kl()
 
     def predict_f(self, X, full_cov=False, batch_size=4096, params=None):

@@ -12,6 +12,12 @@ the batch in one of two ways:
 import contextlib
 
 
+def data_scale(num_data, size):
+    """``num_data / size``: the factor that takes a data term summed over ``size`` rows to the full
+    data set (``num_data`` None: the rows are the full data set)."""
+    return (num_data or size) / size
+
+
 @contextlib.contextmanager
 def data_plate(sites, name, size, num_data=None, subsample_size=None, like=None):
     """Enter the data plate ``name`` and yield ``select(a)``: the rows of ``a`` (``(size, ...)``
@@ -33,5 +39,5 @@ def data_plate(sites, name, size, num_data=None, subsample_size=None, like=None)
     elif subsample_size is not None:
         raise ValueError(f"subsample_size needs the full data set, but it has {size} rows and num_data={num_data}")
     else:
-        with sites.scale(scale=num_data / size), sites.plate(name, size, like=like):
+        with sites.scale(scale=data_scale(num_data, size)), sites.plate(name, size, like=like):
             yield lambda a: a

@@ -31,6 +31,7 @@ import numpy as np
 from . import vof as common
 from .features import Features, Kuf, Kuu
 from .kernels import Kernel, SquaredExponential
+from .objective import data_scale
 from .ops import backend, device, namespace
 from .svgp import SVGP
 
@@ -384,7 +385,7 @@ class VOFModel:
         X, y = self._data(X, y)
         with self._sites.bound(self.prior, self.likelihood) as (prior, likelihood):
             mean, var = estimated_moments(prior, X, key=key)
-            scale = (self.num_data or X.shape[0]) / X.shape[0]
+            scale = data_scale(self.num_data, X.shape[0])
             return scale * namespace(X).sum(likelihood.expected_log_prob(y, mean, var)) - prior.posterior().kl()
 
 
