@@ -1,12 +1,13 @@
-"""Prediction from any GP prior component (documented in :mod:`sparsegp_common.prediction`)."""
+"""Prediction (``predict_f``, ``predict_y``, ``sample_f``, written once in
+:mod:`sparsegp_common.prediction`); NumPyro runs each batch in one program compiled once per
+prior, likelihood, option and batch shape, with the parameter values as its arguments."""
 import functools
 
 import jax
 import jax.numpy as jnp
 from numpyro import handlers
 
-from sparsegp_common import prediction as core
-from sparsegp_common.prediction import Prediction
+from sparsegp_common.prediction import Prediction, make_predictions
 
 from . import checks
 
@@ -16,7 +17,6 @@ __all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
 def _map_batches(fn, X, batch_size, *extra):
     """``fn(Xb, b, *extra)`` over row batches ``b`` of ``X`` (padded to equal size), results
     concatenated."""
-    batch_size = checks.positive_int(batch_size, "batch_size")
     n = X.shape[0]
     size = min(batch_size, n)
     pad = -n % size
@@ -36,13 +36,13 @@ def _values(params, *objects):
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4, 5))
-def _moments(Xb, batch, values, prior, full_cov, state):
+def _compiled_moments(Xb, batch, values, prior, full_cov, state):
     with handlers.substitute(data=values):
         return prior.bind().posterior().marginals(Xb, full_cov=full_cov)
 
 
 @functools.partial(jax.jit, static_argnums=(4, 5, 6, 7, 8))
-def _predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples, state):
+def _compiled_predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples, state):
     key = jax.random.fold_in(key, batch)
     with handlers.substitute(data=values):
         mean, var = prior.bind().posterior().marginals(Xb)
@@ -54,27 +54,22 @@ def _predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples, 
         return moments, q.T  # batches are concatenated along the first axis
 
 
-def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
-    X = checks.inputs(X, "X", prior.input_dim)
+def _moments(prior, X, full_cov, batch_size, params):
     values = _values(params, prior)
     if full_cov:
-        return _moments(X, 0, values, prior, True, prior.static_state())
-    return _map_batches(_moments, X, batch_size, values, prior, False, prior.static_state())
+        return _compiled_moments(X, 0, values, prior, True, prior.static_state())
+    return _map_batches(_compiled_moments, X, batch_size, values, prior, False, prior.static_state())
 
 
-def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
-    levels = None if quantiles is None else checks.probabilities(quantiles, "quantiles")
-    X = checks.inputs(X, "X", prior.input_dim)
+def _predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params):
     values = _values(params, prior, likelihood)
-    (mean, var), q = _map_batches(_predictive, X, batch_size, values, jax.random.PRNGKey(seed), prior, likelihood,
-                                  levels, num_samples, prior.static_state())
-    return Prediction(mean, var, None if q is None else q.T)
+    (mean, var), q = _map_batches(_compiled_predictive, X, batch_size, values, jax.random.PRNGKey(seed), prior,
+                                  likelihood, levels, num_samples, prior.static_state())
+    return mean, var, None if q is None else q.T
 
 
-def sample_f(prior, X, num_samples=1, *, seed=0, jitter=1e-6, params=None):
-    num_samples = checks.positive_int(num_samples, "num_samples")
-    mean, cov = predict_f(prior, X, full_cov=True, params=params)
-    return core.joint_draws(mean, cov, num_samples, jax.random.PRNGKey(seed), jitter)
+def _key(seed, like):
+    return jax.random.PRNGKey(seed)
 
 
-predict_f.__doc__, predict_y.__doc__, sample_f.__doc__ = core.PREDICT_F, core.PREDICT_Y, core.SAMPLE_F
+predict_f, predict_y, sample_f = make_predictions(_moments, _predictive, _key, checks, __name__)

@@ -1,11 +1,12 @@
-"""Prediction from any GP prior component (documented in :mod:`sparsegp_common.prediction`)."""
+"""Prediction (``predict_f``, ``predict_y``, ``sample_f``, written once in
+:mod:`sparsegp_common.prediction`); Pyro evaluates inside the module's parameter context, without
+an autograd graph."""
 import contextlib
 
 import torch
 from pyro import poutine
 
-from sparsegp_common import prediction as core
-from sparsegp_common.prediction import Prediction
+from sparsegp_common.prediction import Prediction, make_predictions
 
 from . import checks
 from .sites import active
@@ -28,40 +29,28 @@ def _evaluating(module, params, seed=None):
         yield
 
 
-def _batches(X, batch_size):
-    batch_size = checks.positive_int(batch_size, "batch_size")
-    return [X[i : i + batch_size] for i in range(0, X.shape[0], batch_size)]
-
-
-def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
-    X = checks.inputs(X, "X", prior.input_dim)
+def _moments(prior, X, full_cov, batch_size, params):
     with _evaluating(prior, params):
         posterior = prior.posterior()
         if full_cov:
             return posterior.marginals(X, full_cov=True)
-        parts = [posterior.marginals(Xb) for Xb in _batches(X, batch_size)]
+        parts = [posterior.marginals(Xb) for Xb in X.split(batch_size)]
     return torch.cat([m for m, _ in parts]), torch.cat([v for _, v in parts])
 
 
-def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
-    levels = None if quantiles is None else checks.probabilities(quantiles, "quantiles")
-    mean, var = predict_f(prior, X, batch_size=batch_size, params=params)
+def _predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params):
+    mean, var = _moments(prior, X, False, batch_size, params)
     with _evaluating(likelihood, params, seed):
-        moments = [likelihood.predictive_moments(m, v) for m, v in zip(mean.split(batch_size), var.split(batch_size))]
-        q = None
-        if levels is not None:
-            q = torch.cat([
-                likelihood.predictive_quantiles(m, v, torch.as_tensor(levels, dtype=m.dtype), num_samples)
-                for m, v in zip(mean.split(batch_size), var.split(batch_size))
-            ], dim=-1)
-    return Prediction(torch.cat([a for a, _ in moments]), torch.cat([b for _, b in moments]), q)
+        batches = list(zip(mean.split(batch_size), var.split(batch_size)))
+        moments = [likelihood.predictive_moments(m, v) for m, v in batches]
+        q = None if levels is None else torch.cat([
+            likelihood.predictive_quantiles(m, v, torch.as_tensor(levels, dtype=m.dtype), num_samples) for m, v in batches
+        ], dim=-1)
+    return torch.cat([a for a, _ in moments]), torch.cat([b for _, b in moments]), q
 
 
-def sample_f(prior, X, num_samples=1, *, seed=0, jitter=1e-6, params=None):
-    num_samples = checks.positive_int(num_samples, "num_samples")
-    mean, cov = predict_f(prior, X, full_cov=True, params=params)
-    key = torch.Generator(mean.device).manual_seed(seed)  # a local generator: the global RNG is left as it was
-    return core.joint_draws(mean, cov, num_samples, key, jitter)
+def _key(seed, like):
+    return torch.Generator(like.device).manual_seed(seed)  # a local generator: the global RNG is left as it was
 
 
-predict_f.__doc__, predict_y.__doc__, sample_f.__doc__ = core.PREDICT_F, core.PREDICT_Y, core.SAMPLE_F
+predict_f, predict_y, sample_f = make_predictions(_moments, _predictive, _key, checks, __name__)

@@ -10,6 +10,7 @@ object, option and batch shape, with the parameter values as arguments, so later
 """
 from typing import Any, NamedTuple, Optional
 
+from .checks import positive_int, probabilities
 from .linalg import cholesky
 from .ops import backend
 
@@ -71,3 +72,33 @@ def joint_draws(mean, cov, num_samples, key, jitter):
     eps = backend(mean).normal(key, (num_samples,) + tuple(L.shape[:-1]) + (1,), mean)
     f = (L @ eps)[..., 0]
     return mean + (f if mean.ndim == 1 else f.mT)
+
+
+def make_predictions(moments, predictive, key, checks, module):
+    """The backend's ``predict_f``, ``predict_y`` and ``sample_f``, with their checks and docs
+    written once, around the backend's evaluation:
+
+    - ``moments(prior, X, full_cov, batch_size, params)``: ``(mean, var or cov)`` of ``q(f(X))``;
+    - ``predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params)``:
+      ``(mean, variance, quantiles or None)`` of ``p(y*)``;
+    - ``key(seed, like)``: a random key for :func:`joint_draws` on the device of ``like``;
+    - ``checks``: the backend's ``checks`` module (``inputs``)."""
+
+    def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
+        X = checks.inputs(X, "X", prior.input_dim)
+        return moments(prior, X, full_cov, positive_int(batch_size, "batch_size"), params)
+
+    def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
+        levels = None if quantiles is None else probabilities(quantiles, "quantiles")
+        X = checks.inputs(X, "X", prior.input_dim)
+        batch_size, num_samples = positive_int(batch_size, "batch_size"), positive_int(num_samples, "num_samples")
+        return Prediction(*predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params))
+
+    def sample_f(prior, X, num_samples=1, *, seed=0, jitter=1e-6, params=None):
+        num_samples = positive_int(num_samples, "num_samples")
+        mean, cov = predict_f(prior, X, full_cov=True, params=params)
+        return joint_draws(mean, cov, num_samples, key(seed, mean), jitter)
+
+    for fn, doc in ((predict_f, PREDICT_F), (predict_y, PREDICT_Y), (sample_f, SAMPLE_F)):
+        fn.__module__, fn.__doc__ = module, doc
+    return predict_f, predict_y, sample_f

@@ -123,12 +123,12 @@ def test_numpyro_predictions_compile_once_per_object_and_shape():
     model, X, _ = build(backend, "gaussian", whiten=True, diagonal=False)
     model.predict_f(X, batch_size=8)
     model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
-    counts = predict._moments._cache_size(), predict._predictive._cache_size()
+    counts = predict._compiled_moments._cache_size(), predict._compiled_predictive._cache_size()
     first = backend.numpy(model.predict_f(X, batch_size=8)[0])
     model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
     moved = model.predict_f(X, batch_size=8, params={"gp.q_mu": backend.array(np.zeros(7))})[0]
-    assert (predict._moments._cache_size(), predict._predictive._cache_size()) == counts
+    assert (predict._compiled_moments._cache_size(), predict._compiled_predictive._cache_size()) == counts
     np.testing.assert_allclose(backend.numpy(moved), 0.0, atol=1e-14)  # the values are not baked in
     np.testing.assert_array_equal(backend.numpy(model.predict_f(X, batch_size=8)[0]), first)
     model.predict_f(X, batch_size=5)
-    assert predict._moments._cache_size() == counts[0] + 1
+    assert predict._compiled_moments._cache_size() == counts[0] + 1
