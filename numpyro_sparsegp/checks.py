@@ -40,10 +40,4 @@ def host(array):
     return np.asarray(array)
 
 
-class _Checks(ArrayChecks):
-    as_array, all_true, host = staticmethod(as_array), staticmethod(all_true), staticmethod(host)
-
-
-_checks = _Checks()
-finite, positive, inputs = _checks.finite, _checks.positive, _checks.inputs
-same_length, integer_valued = _checks.same_length, _checks.integer_valued
+finite, positive, inputs, same_length, integer_valued = ArrayChecks(as_array, all_true, host).functions()

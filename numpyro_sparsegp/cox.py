@@ -19,7 +19,6 @@ __all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "Re
 
 
 class CoxEvents(core.CoxEvents, Distribution):
-    __doc__ = core.CoxEvents.__doc__
     support = constraints.real_vector
 
     def sample(self, key, sample_shape=()):
@@ -27,7 +26,6 @@ class CoxEvents(core.CoxEvents, Distribution):
 
 
 class CoxProcess(core.CoxProcess):
-    __doc__ = core.CoxProcess.__doc__
     _checks, _sites, _predict, _dist, _cox_events = checks, sites, predict, numpyro.distributions, CoxEvents
 
     def _log_intensity_draws(self, params):

@@ -157,5 +157,4 @@ class _DeepBasis(common._DeepBasis, Parameterized):
         return predict._map_batches(run, X, batch_size, params or {}, *extra)
 
 
-ExactDBK, SVDBK = adapt((common.ExactDBK, common.SVDBK), module=__name__,
-                        known={common._DeepBasis: _DeepBasis, common.GPPrior: GPPrior})
+ExactDBK, SVDBK = adapt((common.ExactDBK, common.SVDBK), module=__name__)

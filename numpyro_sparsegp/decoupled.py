@@ -7,4 +7,4 @@ from .priors import GPPrior
 
 __all__ = ["DecoupledGP", "DecoupledPosterior"]
 
-(DecoupledGP,) = adapt((core.DecoupledGP,), module=__name__, known={core.GPPrior: GPPrior})
+(DecoupledGP,) = adapt((core.DecoupledGP,), module=__name__)

@@ -6,7 +6,5 @@ from sparsegp_common import distributions as core
 
 
 class ExpectedLikelihood(core.ExpectedLikelihood, Distribution):
-    __doc__ = core.ExpectedLikelihood.__doc__
-
     def sample(self, key, sample_shape=()):
         return self._draw(key, sample_shape)

@@ -10,13 +10,10 @@ from .params import Parameterized, adapt
 
 
 class Kernel(core.Kernel, Parameterized):
-    __doc__ = core.Kernel.__doc__
-
     def __call__(self, X, Z=None, diag=False):
         kernel = self.bind()
         return kernel.K_diag(X) if diag else kernel.K(X, Z)
 
 
-Stationary, SquaredExponential, Matern, Matern12, Matern32, Matern52, Sum, Product = adapt(
-    core.CLASSES, module=__name__, known={core.Kernel: Kernel})
+Stationary, SquaredExponential, Matern, Matern12, Matern32, Matern52, Sum, Product = adapt(core.CLASSES, module=__name__)
 RBF = SquaredExponential

@@ -11,10 +11,8 @@ from .params import Parameterized, adapt
 
 
 class Likelihood(core.Likelihood, Parameterized):
-    __doc__ = core.Likelihood.__doc__
-
     def __call__(self, f):
         return self.bind().forward(f)
 
 
-Gaussian, Poisson, Bernoulli, StudentT, Softmax = adapt(core.CLASSES, module=__name__, known={core.Likelihood: Likelihood})
+Gaussian, Poisson, Bernoulli, StudentT, Softmax = adapt(core.CLASSES, module=__name__)

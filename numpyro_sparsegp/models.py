@@ -6,5 +6,4 @@ from .distributions import ExpectedLikelihood
 
 
 class GPModel(core.GPModel):
-    __doc__ = core.GPModel.__doc__
     _checks, _sites, _predict, _expected_likelihood = checks, sites, predict, ExpectedLikelihood

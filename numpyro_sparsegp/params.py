@@ -68,7 +68,7 @@ _bind_logs = []  # lists that record (object, prefix) of every bind(); see train
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": _lower_cholesky}
 
 
-class Parameterized:
+class Parameterized(_adapt.Adapted):
     """Base class with named, constrained parameters (see the module docstring)."""
 
     _adapted = {}  # core class -> NumPyro class, filled by adapt()

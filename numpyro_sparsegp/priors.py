@@ -9,5 +9,4 @@ from .params import Parameterized
 
 
 class GPPrior(core.GPPrior, Parameterized):
-    __doc__ = core.GPPrior.__doc__
     _predict = predict

@@ -19,20 +19,16 @@ __all__ = [
     "collapsed_moments", "estimated_moments", "hermite_kuf", "sampled_moments",
 ]
 
-_OrthogonalFeatures, HermiteFeatures = adapt(
-    (core.OrthogonalFeatures, core.HermiteFeatures), module=__name__, known={core.Features: Features})
+_OrthogonalFeatures, HermiteFeatures = adapt((core.OrthogonalFeatures, core.HermiteFeatures), module=__name__)
 
 
 class SpectralFeatures(core.SpectralFeatures, _OrthogonalFeatures):
-    __doc__ = core.SpectralFeatures.__doc__
-
     def draw_frequencies(self, key, dtype=jnp.float64):
         """:meth:`frequencies` drawn from the PRNG key ``key``."""
         return self.frequencies(key, dtype)
 
 
-FourierFeatures, LegendreFeatures = adapt(
-    (core.FourierFeatures, core.LegendreFeatures), module=__name__, known={core.SpectralFeatures: SpectralFeatures})
+FourierFeatures, LegendreFeatures = adapt((core.FourierFeatures, core.LegendreFeatures), module=__name__)
 
 
 def estimated_moments(prior, X, u=None, key=None):
@@ -42,7 +38,6 @@ def estimated_moments(prior, X, u=None, key=None):
 
 
 class VOFModel(core.VOFModel, GPModel):
-    __doc__ = core.VOFModel.__doc__
     _gaussian = Gaussian
 
 

@@ -14,7 +14,6 @@ __all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "Re
 
 
 class CoxEvents(core.CoxEvents, TorchDistribution):
-    __doc__ = core.CoxEvents.__doc__
     support = constraints.real_vector
 
     def sample(self, sample_shape=torch.Size()):
@@ -23,10 +22,8 @@ class CoxEvents(core.CoxEvents, TorchDistribution):
 
 
 class CoxProcess(core.CoxProcess, torch.nn.Module):
-    __doc__ = core.CoxProcess.__doc__
     _checks, _sites, _predict, _dist, _cox_events = checks, sites, predict, pyro.distributions, CoxEvents
 
     def elbo(self, events):
         return super().elbo(events)
 
-    elbo.__doc__ = core.CoxProcess.elbo.__doc__

@@ -117,5 +117,4 @@ class _DeepBasis(common._DeepBasis, Parameterized):
         return torch.cat(parts)
 
 
-ExactDBK, SVDBK = adapt((common.ExactDBK, common.SVDBK), module=__name__,
-                        known={common._DeepBasis: _DeepBasis, common.GPPrior: GPPrior})
+ExactDBK, SVDBK = adapt((common.ExactDBK, common.SVDBK), module=__name__)

@@ -11,8 +11,6 @@ __all__ = ["DecoupledGP", "DecoupledPosterior"]
 
 
 class DecoupledGP(core.DecoupledGP, GPPrior):
-    __doc__ = core.DecoupledGP.__doc__
-
     def add_basis(self, X, num_new, params=None):
         with torch.no_grad():
             new = super().add_basis(X, num_new, params)
@@ -22,4 +20,3 @@ class DecoupledGP(core.DecoupledGP, GPPrior):
                     store.get_param(name).unconstrained().copy_(value)
         return new
 
-    add_basis.__doc__ = core.DecoupledGP.add_basis.__doc__

@@ -7,8 +7,6 @@ from sparsegp_common import distributions as core
 
 
 class ExpectedLikelihood(core.ExpectedLikelihood, TorchDistribution):
-    __doc__ = core.ExpectedLikelihood.__doc__
-
     def sample(self, sample_shape=torch.Size()):
         with torch.no_grad():
             return self._draw(None, sample_shape)

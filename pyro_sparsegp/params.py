@@ -21,7 +21,7 @@ from .sites import active  # noqa: F401  (importable from here, as before)
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": constraints.lower_cholesky}
 
 
-class Parameterized(PyroModule):
+class Parameterized(_adapt.Adapted, PyroModule):
     """A :class:`~pyro.nn.PyroModule` with a helper to declare constrained parameters."""
 
     _adapted = {}  # core class -> Pyro class, filled by adapt()

@@ -7,4 +7,4 @@ from .priors import GPPrior
 
 __all__ = ["SVGP", "SVGPPosterior"]
 
-(SVGP,) = adapt((core.SVGP,), module=__name__, known={core.GPPrior: GPPrior})
+(SVGP,) = adapt((core.SVGP,), module=__name__)

@@ -15,20 +15,16 @@ __all__ = [
     "collapsed_moments", "estimated_moments", "hermite_kuf", "sampled_moments",
 ]
 
-_OrthogonalFeatures, HermiteFeatures = adapt(
-    (core.OrthogonalFeatures, core.HermiteFeatures), module=__name__, known={core.Features: Features})
+_OrthogonalFeatures, HermiteFeatures = adapt((core.OrthogonalFeatures, core.HermiteFeatures), module=__name__)
 
 
 class SpectralFeatures(core.SpectralFeatures, _OrthogonalFeatures):
-    __doc__ = core.SpectralFeatures.__doc__
-
     def draw_frequencies(self, dtype=torch.float64, device=None):
         """:meth:`frequencies` drawn from torch's global RNG."""
         return self.frequencies(None, dtype, device)
 
 
-FourierFeatures, LegendreFeatures = adapt(
-    (core.FourierFeatures, core.LegendreFeatures), module=__name__, known={core.SpectralFeatures: SpectralFeatures})
+FourierFeatures, LegendreFeatures = adapt((core.FourierFeatures, core.LegendreFeatures), module=__name__)
 
 
 def estimated_moments(prior, X, u=None):
@@ -38,7 +34,6 @@ def estimated_moments(prior, X, u=None):
 
 
 class VOFModel(core.VOFModel, GPModel):
-    __doc__ = core.VOFModel.__doc__
     _gaussian = Gaussian
 
 

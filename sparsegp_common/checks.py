@@ -34,7 +34,14 @@ class ArrayChecks:
     ``as_array(value, name, like=None)`` (a floating array, dtype and device of ``like``),
     ``all_true(predicate, array)`` (a Python bool; NumPyro answers True for traced values, whose
     checks ran on the concrete arrays they came from) and ``host(array)`` (a NumPy copy, for
-    messages)."""
+    messages). A backend's ``checks`` module exports :meth:`functions`."""
+
+    def __init__(self, as_array, all_true, host):
+        self.as_array, self.all_true, self.host = as_array, all_true, host
+
+    def functions(self):
+        """``finite, positive, inputs, same_length, integer_valued`` over this backend's primitives."""
+        return self.finite, self.positive, self.inputs, self.same_length, self.integer_valued
 
     def finite(self, array, name):
         if not self.all_true(lambda a: namespace(a).isfinite(a), array):

@@ -23,6 +23,7 @@ import numbers
 import numpy as np
 
 from . import windows
+from .adapt import Documented
 from .objective import data_plate, data_scale
 from .ops import backend, device, namespace
 from .prediction import Prediction
@@ -45,7 +46,7 @@ def lognormal_summary(mean, var, levels):
     return rate, xp.expm1(var) * rate**2, q
 
 
-class CoxEvents:
+class CoxEvents(Documented):
     """The observed pattern ``(n, d)`` of :meth:`CoxProcess.sampled_model`, scored per event.
 
     ``log_prob`` is ``log lambda(x_i) - Lambda / n`` (``Lambda = int_W lambda``): the terms sum
@@ -76,7 +77,7 @@ class CoxEvents:
         return self.points[backend(self.log_masses).categorical(key, self.log_masses, shape)]
 
 
-class CoxProcess:
+class CoxProcess(Documented):
     """A log-Gaussian Cox process on ``window`` with log-intensity ``f + offset``, ``f`` from ``prior``.
 
     ``model``/``guide`` form a Pyro (NumPyro) model/guide pair whose ELBO is

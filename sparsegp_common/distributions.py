@@ -1,8 +1,9 @@
 """An observation distribution scored by the expected log-likelihood under q(f)."""
+from .adapt import Documented
 from .ops import backend, namespace
 
 
-class ExpectedLikelihood:
+class ExpectedLikelihood(Documented):
     """Observations ``y`` whose ``log_prob`` is ``E_q[log p(y | f)]`` with ``q(f) = N(f_loc, f_var)``.
 
     Used as the observed site of ``GPModel``, it turns the PPL's ELBO into the uncollapsed SVGP

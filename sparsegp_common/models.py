@@ -1,9 +1,10 @@
 """A stand-alone GP model: a prior component observed through a likelihood."""
+from .adapt import Documented
 from .objective import data_plate, data_scale
 from .priors import GPPrior
 
 
-class GPModel:
+class GPModel(Documented):
     """``y_n ~ likelihood(f(x_n))`` with ``f`` from a :class:`~sparsegp_common.priors.GPPrior`.
 
     ``model``/``guide`` form a model/guide pair whose ELBO is the uncollapsed sparse-GP bound
