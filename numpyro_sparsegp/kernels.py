@@ -1,7 +1,6 @@
 """Covariance functions (the formulas are :mod:`sparsegp_common.kernels`), with NumPyro parameters.
 
-Shapes: ``K(X, Z)`` is ``batch_shape + (N, M)`` and ``K_diag(X)`` ``batch_shape + (N,)``;
-hyperparameters are constrained positive by NumPyro's ``positive`` constraint (exp/log).
+Hyperparameters are constrained positive by NumPyro's ``positive`` constraint (exp/log).
 Formulas read the parameters of a bound kernel (``kernel.bind()``); calling a kernel binds it.
 """
 from sparsegp_common import kernels as core

@@ -1,4 +1,5 @@
-"""Stochastic variational GP with inducing points (see :mod:`sparsegp_common.svgp`)."""
+"""Stochastic variational GP with inducing points (see :mod:`sparsegp_common.svgp`), with
+NumPyro parameters: ``<name>.q_mu``, ``<name>.q_sqrt`` and the features' ``numpyro.param`` sites."""
 from sparsegp_common import svgp as core
 from sparsegp_common.svgp import SVGPPosterior
 

@@ -1,7 +1,7 @@
 """Covariance functions (the formulas are :mod:`sparsegp_common.kernels`), as Pyro modules.
 
-Shapes: ``K(X, Z)`` is ``batch_shape + (N, M)`` and ``K_diag(X)`` ``batch_shape + (N,)``;
-hyperparameters are constrained positive by Pyro's ``positive`` constraint (exp/log).
+Hyperparameters are constrained positive by Pyro's ``positive`` constraint (exp/log); calling
+a kernel, ``kernel(X, Z)`` or ``kernel(X, diag=True)``, is its ``forward``.
 """
 from sparsegp_common import kernels as core
 

@@ -1,4 +1,5 @@
-"""Cholesky factorisation with jitter escalation, and triangular solves (see :mod:`sparsegp_common.linalg`)."""
+"""Cholesky factorisation with jitter escalation, and triangular solves (see :mod:`sparsegp_common.linalg`);
+``CholeskyError`` is also a ``torch.linalg.LinAlgError``."""
 from sparsegp_common.linalg import cholesky, solve_lower
 from sparsegp_common.ops._torch import CholeskyError
 

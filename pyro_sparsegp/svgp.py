@@ -1,4 +1,5 @@
-"""Stochastic variational GP with inducing points (see :mod:`sparsegp_common.svgp`)."""
+"""Stochastic variational GP with inducing points (see :mod:`sparsegp_common.svgp`), as a Pyro
+module: ``q_mu``, ``q_sqrt`` and the features' parameters live in Pyro's param store."""
 from sparsegp_common import svgp as core
 from sparsegp_common.svgp import SVGPPosterior
 
