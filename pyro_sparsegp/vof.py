@@ -15,16 +15,10 @@ __all__ = [
     "collapsed_moments", "estimated_moments", "hermite_kuf", "sampled_moments",
 ]
 
-_OrthogonalFeatures, HermiteFeatures = adapt((core.OrthogonalFeatures, core.HermiteFeatures), module=__name__)
-
-
-class SpectralFeatures(core.SpectralFeatures, _OrthogonalFeatures):
-    def draw_frequencies(self, dtype=torch.float64, device=None):
-        """:meth:`frequencies` drawn from torch's global RNG."""
-        return self.frequencies(None, dtype, device)
-
-
-FourierFeatures, LegendreFeatures = adapt((core.FourierFeatures, core.LegendreFeatures), module=__name__)
+_OrthogonalFeatures, HermiteFeatures, SpectralFeatures, FourierFeatures, LegendreFeatures = adapt(
+    (core.OrthogonalFeatures, core.HermiteFeatures, core.SpectralFeatures, core.FourierFeatures, core.LegendreFeatures),
+    module=__name__,
+)
 
 
 def estimated_moments(prior, X, u=None):

@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from . import ops
 from . import vof as common
 from .features import Features, Kuf, Kuu
 from .kernels import Kernel, SquaredExponential
@@ -239,6 +240,12 @@ class SpectralFeatures(OrthogonalFeatures):
             u = (ranks + ops.uniform(key_shift, (D,), dtype, device)) / T
         a = xp.astype(self.a, dtype)
         return a * (2 * u - 1), xp.prod(2 * a) / T * xp.ones(T, dtype=dtype, device=device)
+
+    def draw_frequencies(self, key=None, dtype=None, device=None):
+        """:meth:`frequencies` from ``key`` (Pyro: None, torch's global RNG; NumPyro: a PRNG key, by
+        default ``numpyro.prng_key()``), in ``dtype`` on ``device`` (default: those of ``a``)."""
+        where = ops.device(self.a) if device is None else device
+        return self.frequencies(self._sites.key(key), self.a.dtype if dtype is None else dtype, where)
 
     def quadrature(self):
         """Gauss-Legendre nodes ``(Q^D, D)`` on the box and their weights ``(Q^D,)``."""

@@ -25,11 +25,7 @@ PPL_METHODS = {"sample", "rsample"}
 # are bound (``bind``) and cast (``to``)
 BACKEND_METHODS = {"forward", "bind", "to"}
 # differences still to remove (the method is not on the core yet); strict, so a fix shows here
-KNOWN_DRIFT = {
-    "FourierFeatures": "draw_frequencies takes (dtype, device) in Pyro and (key, dtype) in NumPyro",
-    "LegendreFeatures": "draw_frequencies takes (dtype, device) in Pyro and (key, dtype) in NumPyro",
-    "SpectralFeatures": "draw_frequencies takes (dtype, device) in Pyro and (key, dtype) in NumPyro",
-}
+KNOWN_DRIFT = {}
 
 
 def _ours(obj):

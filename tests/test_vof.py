@@ -48,7 +48,7 @@ def key_kwargs(backend, key):
 
 def frequencies(backend, features, key):
     if backend.name == "pyro":
-        return features.draw_frequencies(torch.float64)
+        return features.draw_frequencies(dtype=torch.float64)
     return features.draw_frequencies(key)
 
 
