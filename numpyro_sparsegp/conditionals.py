@@ -1,4 +1,2 @@
 """From q(u) to q(f(X)) (:mod:`sparsegp_common.conditionals`), on JAX arrays (jit- and grad-safe)."""
-from sparsegp_common.conditionals import Unwhitened, Whitened, conditional, strategy
-
-__all__ = ["Unwhitened", "Whitened", "conditional", "strategy"]
+from sparsegp_common.conditionals import *  # noqa: F403  (its __all__)

@@ -11,6 +11,8 @@ whitening is the identity. The strategies say which ``B``: :class:`Whitened` and
 from .linalg import solve_lower
 from .ops import namespace
 
+__all__ = ["Unwhitened", "Whitened", "conditional", "strategy"]  # what the backends re-export
+
 
 def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False):
     """Moments of q(f(X)).

@@ -13,6 +13,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+__all__ = [  # what the backends re-export
+    "FLIGHTS_COLUMNS", "NUM_SPLITS", "POINT_PATTERNS", "UCI_NAMES", "MinMaxScaler", "PointPattern", "Split", "Standardizer",
+    "data_dir", "load_banana", "load_fashion_mnist", "load_flights", "load_mnist", "load_point_pattern", "load_sarcos",
+    "load_uci", "standardize",
+]
+
 UCI_NAMES = ("pol", "elevators", "bike", "kin40k", "protein", "keggdirected")
 NUM_SPLITS = 10
 FLIGHTS_COLUMNS = (

@@ -15,6 +15,8 @@ import array_api_compat
 from .linalg import solve_lower
 from .ops import device, namespace
 
+__all__ = ["CholeskyGaussian", "DiagonalGaussian", "family", "prior_distribution"]  # what the backends re-export
+
 
 class CholeskyGaussian:
     """Full covariance: ``q_sqrt`` is ``batch_shape + (M, M)`` lower triangular, positive diagonal."""
