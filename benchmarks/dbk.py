@@ -226,17 +226,15 @@ class Trained:
     def evaluate(self, X):
         import torch
 
+        from pyro_sparsegp import predict_y
+
         X = torch.as_tensor(X, dtype=self.X.dtype)
         if self.exact:
-            self.model.calibrate(self.X, self.y)
+            return self.model.calibrate(self.X, self.y).predict_y(X)[:2]
+        if self.label == "SVGP":
             return self.model.predict_y(X)[:2]
-        if self.label != "SVGP":  # M over the training inputs for the corrected predictive, then back to training
-            self.prior.calibrate(self.X)
-        try:
-            return self.model.predict_y(X)[:2]
-        finally:
-            if self.label != "SVGP":
-                self.prior.max_sq_norm = None
+        # M over the training inputs for the corrected predictive (a new object: training goes on unchanged)
+        return predict_y(self.prior.calibrate(self.X), self.model.likelihood, X)[:2]
 
 
 def budget(label, opts):

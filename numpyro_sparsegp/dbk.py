@@ -1,89 +1,44 @@
-"""Deep basis kernels (the formulas and models are :mod:`sparsegp_common.dbk`), with the basis
-networks as equinox modules, whose weights are the parameters ``<name>.net.<path>`` when the
-component is bound (``gp.net.hidden.0.weight``: the names and shapes of the Pyro backend).
+"""Deep basis kernels for NumPyro (written once in :mod:`sparsegp_common.dbk`): the networks as
+equinox modules, whose weights are the parameters ``<name>.net.<path>`` when the component is
+bound (``gp.net.hidden.0.weight``: the names and shapes of the Pyro backend); calibration and
+prediction compile once per shape.
 """
-import contextlib
+import functools
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpyro
 from numpyro import handlers
 
 from sparsegp_common import dbk as common
-from sparsegp_common.dbk import SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
+from sparsegp_common.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
 from . import checks, predict
 from .params import Parameterized, _join, adapt
-from .priors import GPPrior
+from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)
 
-__all__ = ["MLP", "ResNet", "ExactDBK", "SVDBK", "SVDBKPosterior", "correction", "lowrank_lml", "trace_penalty",
-           "weight_posterior"]
+__all__ = common.NAMES
 
 
 # ---------------------------------------------------------------- networks
 
 
-def _linear(a, b, key, dtype):
-    return eqx.nn.Linear(a, b, key=key, dtype=dtype)
+class _Network(eqx.Module):
+    input_dim: int = eqx.field(static=True, init=False)  # set by the core's __init__
+    rank: int = eqx.field(static=True, init=False)
+    _sequence = list
 
-
-def _rows(fn, X):
-    """Apply a per-example equinox function to ``(N, D)`` rows (or one ``(D,)`` row)."""
-    return jax.vmap(fn)(X) if X.ndim == 2 else fn(X)
-
-
-class MLP(eqx.Module):
-    __doc__ = common.MLP_DOC.format(default_dtype="JAX's default float",
-                                    seed="seeds equinox's default initialisation (None: 0)",
-                                    single_row=" (a single ``(D,)`` row to ``(r,)``)")
-
-    hidden: list
-    head: eqx.nn.Linear
-    input_dim: int = eqx.field(static=True)
-    rank: int = eqx.field(static=True)
-
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
-        self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
-        keys = jax.random.split(jax.random.PRNGKey(0 if seed is None else seed), depth + 1)
-        sizes = [self.input_dim] + [hidden] * depth
-        self.hidden = [_linear(a, b, k, dtype) for a, b, k in zip(sizes[:-1], sizes[1:], keys[:-1])]
-        self.head = _linear(hidden, self.rank, keys[-1], dtype)
-
-    def _one(self, x):
-        h = x
-        for layer in self.hidden:
-            h = jnp.tanh(layer(h))
-        return self.head(h)
+    @staticmethod
+    def _linears(sizes, dtype, seed):
+        keys = jax.random.split(jax.random.PRNGKey(0 if seed is None else seed), len(sizes))
+        return [eqx.nn.Linear(a, b, key=key, dtype=dtype) for (a, b), key in zip(sizes, keys)]
 
     def __call__(self, X):
-        return _rows(self._one, X)
+        """Rows ``(N, D)`` (or one ``(D,)`` row): equinox layers take one example."""
+        return jax.vmap(self._forward)(X) if X.ndim == 2 else self._forward(X)
 
 
-class ResNet(eqx.Module):
-    __doc__ = common.RESNET_DOC
-
-    input: eqx.nn.Linear
-    blocks: list
-    head: eqx.nn.Linear
-    input_dim: int = eqx.field(static=True)
-    rank: int = eqx.field(static=True)
-
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
-        self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
-        keys = jax.random.split(jax.random.PRNGKey(0 if seed is None else seed), depth + 2)
-        self.input = _linear(self.input_dim, hidden, keys[0], dtype)
-        self.blocks = [_linear(hidden, hidden, k, dtype) for k in keys[1:-1]]
-        self.head = _linear(hidden, self.rank, keys[-1], dtype)
-
-    def _one(self, x):
-        h = self.input(x)
-        for block in self.blocks:
-            h = h + jnp.tanh(block(h))
-        return self.head(h)
-
-    def __call__(self, X):
-        return _rows(self._one, X)
+MLP, ResNet = common.network_classes(_Network, __name__)
 
 
 def _map_weights(net, fn):
@@ -105,18 +60,22 @@ def _key_name(key):
 # ---------------------------------------------------------------- models
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _call(values, fn, obj, *args):
+    with handlers.substitute(data=values):
+        return fn(obj.bind(), *args)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _rows(Xb, batch, values, fn, obj, *extra):
+    return _call(values, fn, obj, Xb, *extra)
+
+
 class _DeepBasis(common._DeepBasis, Parameterized):
     """The NumPyro hooks of :class:`sparsegp_common.dbk._DeepBasis`."""
 
-    _ppl = numpyro
+    _ppl, _network = numpyro, (eqx.Module, "an equinox Module")
     _as_array = staticmethod(checks.as_array)
-
-    @staticmethod
-    def _register(net):
-        if not isinstance(net, eqx.Module):
-            raise TypeError(f"net must be an equinox Module, got {type(net).__name__}")
-        common.check_basis_net(net)
-        return net
 
     @staticmethod
     def _net_like(net):
@@ -138,23 +97,28 @@ class _DeepBasis(common._DeepBasis, Parameterized):
         net = _join(prefix, "net")
         self.net = _map_weights(self.net, lambda path, w: params.get(f"{net}.{path}", w))
 
-    @contextlib.contextmanager
-    def _reading(self):
-        yield self.bind()
-
-    def _evaluate(self, fn, params):
-        def run(values):
-            with handlers.substitute(data=values):
-                return fn(self.bind())
-
-        return jax.jit(run)(params or {})
+    def _parameter_values(self, params):
+        return predict._values(params, self)
 
     def _map_rows(self, fn, X, batch_size, params, *extra):
-        def run(Xb, batch, values, *extra):
-            with handlers.substitute(data=values):
-                return fn(self.bind(), Xb, *extra)
+        values = predict._values(params, self)
+        if batch_size is None:
+            return _call(values, fn, self, X, *extra)
+        return predict._map_batches(_rows, X, batch_size, values, fn, self, *extra)
 
-        return predict._map_batches(run, X, batch_size, params or {}, *extra)
+
+class CalibratedSVDBK(common.CalibratedSVDBK):
+    def bind(self):
+        # M is read like a parameter value, so it is an argument of the compiled predictions (not
+        # part of their static key): one program serves every calibration of the prior.
+        return type(self)(self.prior.bind(), numpyro.param(f"{self.name}.max_sq_norm", self.max_sq_norm))
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.prior is self.prior
+
+    def __hash__(self):
+        return hash((type(self), id(self.prior)))
 
 
 ExactDBK, SVDBK = adapt((common.ExactDBK, common.SVDBK), module=__name__)
+Parameterized._adapted[common.CalibratedSVDBK] = CalibratedSVDBK  # what the core's SVDBK.calibrate builds

@@ -3,7 +3,7 @@ from sparsegp_common import decoupled as core
 from sparsegp_common.decoupled import DecoupledPosterior
 
 from .params import adapt
-from .priors import GPPrior
+from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)
 
 __all__ = ["DecoupledGP", "DecoupledPosterior"]
 

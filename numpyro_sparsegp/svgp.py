@@ -4,7 +4,7 @@ from sparsegp_common import svgp as core
 from sparsegp_common.svgp import SVGPPosterior
 
 from .params import adapt
-from .priors import GPPrior
+from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)
 
 __all__ = ["SVGP", "SVGPPosterior"]
 

@@ -1,73 +1,41 @@
-"""Deep basis kernels (the formulas and models are :mod:`sparsegp_common.dbk`), with the basis
-networks as ``torch.nn`` modules; the moments run through the blocked float64 op of
-:mod:`sparsegp_common.ops._torch`.
+"""Deep basis kernels for Pyro (written once in :mod:`sparsegp_common.dbk`): the networks as
+``torch.nn`` modules, whose weights become PyroParams; the moments run through the blocked
+float64 op of :mod:`sparsegp_common.ops._torch`.
 """
-import contextlib
-
 import pyro
 import torch
+from pyro import poutine
 from pyro.nn.module import PyroParam, to_pyro_module_
 
 from sparsegp_common import dbk as common
-from sparsegp_common.dbk import SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
+from sparsegp_common.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
 from . import checks, predict
 from .params import Parameterized, adapt
-from .priors import GPPrior
+from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)
 
-__all__ = ["MLP", "ResNet", "ExactDBK", "SVDBK", "SVDBKPosterior", "correction", "lowrank_lml", "trace_penalty",
-           "weight_posterior"]
+__all__ = common.NAMES
 
 
 # ---------------------------------------------------------------- networks
 
 
-@contextlib.contextmanager
-def _seeded(seed):
-    """Torch's default initialisation, from ``seed`` when given (the global RNG is left as it was)."""
-    if seed is None:
-        yield
-        return
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        yield
+class _Network(torch.nn.Module):
+    _sequence = torch.nn.ModuleList
 
-
-class MLP(torch.nn.Module):
-    __doc__ = common.MLP_DOC.format(default_dtype="torch's default", seed="seeds the (torch default) initialisation",
-                                    single_row="")
-
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
-        super().__init__()
-        self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
-        sizes = [self.input_dim] + [hidden] * depth
-        with _seeded(seed):
-            self.hidden = torch.nn.ModuleList(torch.nn.Linear(a, b, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:]))
-            self.head = torch.nn.Linear(hidden, self.rank, dtype=dtype)
+    @staticmethod
+    def _linears(sizes, dtype, seed):
+        """Torch's default initialisation, from ``seed`` when given (the global RNG is left as it was)."""
+        with torch.random.fork_rng(enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            return [torch.nn.Linear(a, b, dtype=dtype) for a, b in sizes]
 
     def forward(self, X):
-        h = X
-        for layer in self.hidden:
-            h = torch.tanh(layer(h))
-        return self.head(h)
+        return self._forward(X)
 
 
-class ResNet(torch.nn.Module):
-    __doc__ = common.RESNET_DOC
-
-    def __init__(self, input_dim, rank=common.RANK, hidden=common.HIDDEN, depth=common.DEPTH, *, dtype=None, seed=None):
-        super().__init__()
-        self.input_dim, self.rank, hidden, depth = common.check_network(input_dim, rank, hidden, depth)
-        with _seeded(seed):
-            self.input = torch.nn.Linear(self.input_dim, hidden, dtype=dtype)
-            self.blocks = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden, dtype=dtype) for _ in range(depth))
-            self.head = torch.nn.Linear(hidden, self.rank, dtype=dtype)
-
-    def forward(self, X):
-        h = self.input(X)
-        for block in self.blocks:
-            h = h + torch.tanh(block(h))
-        return self.head(h)
+MLP, ResNet = common.network_classes(_Network, __name__)
 
 
 # ---------------------------------------------------------------- models
@@ -76,17 +44,14 @@ class ResNet(torch.nn.Module):
 class _DeepBasis(common._DeepBasis, Parameterized):
     """The Pyro hooks of :class:`sparsegp_common.dbk._DeepBasis`."""
 
-    _ppl = pyro
+    _ppl, _network = pyro, (torch.nn.Module, "a torch.nn.Module")
     _as_array = staticmethod(checks.as_tensor)
 
     @staticmethod
     def _register(net):
-        """Check the network and convert it in place to a PyroModule whose weights are PyroParams:
-        read through ``pyro.param`` like every other parameter, so ``params=`` (``poutine.substitute``)
-        reaches them (a plain ``nn.Parameter`` is registered but always read from the module)."""
-        if not isinstance(net, torch.nn.Module):
-            raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
-        common.check_basis_net(net)
+        """Convert the network in place to a PyroModule whose weights are PyroParams: read through
+        ``pyro.param`` like every other parameter, so ``params=`` (``poutine.substitute``) reaches
+        them (a plain ``nn.Parameter`` is registered but always read from the module)."""
         to_pyro_module_(net)
         for module in net.modules():
             for name, weight in list(module.named_parameters(recurse=False)):
@@ -97,24 +62,27 @@ class _DeepBasis(common._DeepBasis, Parameterized):
     def _net_like(net):
         return next(net.parameters())
 
-    @contextlib.contextmanager
-    def _reading(self):
-        with self._pyro_context:  # as pyro_method does
-            yield self
-
-    def _evaluate(self, fn, params):
-        with predict._evaluating(self, params):
-            return fn(self)
+    def _parameter_values(self, params):
+        with poutine.trace(param_only=True) as trace, predict._evaluating(self, params):
+            dict(self.named_pyro_params())  # reads each parameter through pyro.param
+        return {name: site["value"].detach().clone() for name, site in trace.trace.nodes.items()}
 
     def _map_rows(self, fn, X, batch_size, params, *extra):
+        if batch_size is None:
+            with predict._evaluating(self, params):
+                return fn(self, X, *extra)
         if params is not None:  # only the features': substitute warns about names it does not use
             params = {k: v for k, v in params.items() if k.startswith(f"{self.name}.net.") or k == f"{self.name}.variance"}
-        batch_size = checks.positive_int(batch_size, "batch_size")
         with predict._evaluating(self, params):
-            parts = [fn(self, Xb, *extra) for Xb in X.split(batch_size)]
-        if isinstance(parts[0], tuple):
-            return tuple(torch.cat(p) for p in zip(*parts))
-        return torch.cat(parts)
+            parts = [fn(self, Xb, *extra) for Xb in predict._batches(X, batch_size)]
+        return tuple(map(torch.cat, zip(*parts))) if isinstance(parts[0], tuple) else torch.cat(parts)
+
+
+class CalibratedSVDBK(common.CalibratedSVDBK):
+    @property
+    def _pyro_context(self):  # predict reads the prior's parameters in its module context
+        return self.prior._pyro_context
 
 
 ExactDBK, SVDBK = adapt((common.ExactDBK, common.SVDBK), module=__name__)
+Parameterized._adapted[common.CalibratedSVDBK] = CalibratedSVDBK  # what the core's SVDBK.calibrate builds

@@ -11,16 +11,20 @@ Here ``phi(x) = sqrt(variance) net(x)``: a learnable kernel variance carries the
   log-Gaussian Cox process of the paper's A.5, and :meth:`SVDBK.weight_model` is the
   ``Trace_ELBO`` path with ``w`` sampled.
 
-The networks belong to each backend (``torch.nn`` modules in ``pyro_sparsegp.dbk``, converted to
-PyroModules; equinox modules in ``numpyro_sparsegp.dbk``); in both their weights are the
-parameters ``<name>.net.<path>`` (``gp.net.hidden.0.weight``), with the same names and shapes, so
+The networks :class:`MLP` and :class:`ResNet` are written here once, on each backend's module class
+(``torch.nn`` modules in ``pyro_sparsegp.dbk``, converted to PyroModules by the models; equinox
+modules in ``numpyro_sparsegp.dbk``); in both their weights are the parameters
+``<name>.net.<path>`` (``gp.net.hidden.0.weight``), with the same names and shapes, so
 ``FitResult.params`` and checkpoints carry over between the backends.
+
+Neither model holds state outside its parameters: ``calibrate`` returns a new object to predict
+from (:class:`ExactDBKPosterior`, :class:`CalibratedSVDBK`).
 
 Variance correction (paper section 3.3): the corrected kernel adds a white-noise-like diagonal
 ``c(x) = max(M, |phi(x)|^2) - |phi(x)|^2`` so that the prior variance is the constant ``M``, the
 largest ``|phi(x_j)|^2`` over the training inputs. Training subtracts ``tr(C) / (2 sigma^2)`` (the
 bound of eq. 11); prediction adds ``c(x*)`` to the variance (eq. 12 with its D-weighting for
-exact DBK). With ``S = diag(s)``, ``s = sigma^2 (+ c)``, every formula goes through the posterior
+exact DBK), with ``M`` from ``calibrate``. With ``S = diag(s)``, ``s = sigma^2 (+ c)``, every formula goes through the posterior
 of ``w`` in ``y = Phi w + e``, ``e ~ N(0, S)``::
 
     R R^T = Phi^T S^-1 Phi + I,     b = Phi^T S^-1 y,     w_mean = (R R^T)^-1 b,
@@ -51,6 +55,10 @@ from .ops import backend, device, namespace
 from .prediction import Prediction
 from .priors import GPPrior
 
+# the names each backend's dbk module exports
+NAMES = ["MLP", "ResNet", "ExactDBK", "ExactDBKPosterior", "SVDBK", "CalibratedSVDBK", "SVDBKPosterior", "correction",
+         "lowrank_lml", "trace_penalty", "weight_posterior"]
+
 RANK = 128  # basis functions r (paper: 128 by default)
 HIDDEN = 128  # hidden units per layer (paper: 128, tanh)
 DEPTH = 2  # hidden layers of the MLP, residual blocks of the ResNet (paper: 2)
@@ -73,24 +81,83 @@ def check_basis_net(net):
     return net
 
 
-MLP_DOC = """Basis network ``phi(x) = W_out h_depth + b_out``, ``h_k = tanh(W_k h_{{k-1}} + b_k)``, ``h_0 = x``.
+class _Network:
+    """What :class:`MLP` and :class:`ResNet` share in both backends: the checked sizes, the layers
+    in the order of their weights (``_assemble``) and the forward pass of the array API (one
+    ``(D,)`` row or ``(N, D)`` rows). A backend supplies a module base class (see
+    :func:`network_classes`) with ``_linears(sizes, dtype, seed)``, its linear layers of the
+    ``(in, out)`` sizes initialised from ``seed``, and ``_sequence(layers)``, a list of them."""
+
+    def __init__(self, input_dim, rank=RANK, hidden=HIDDEN, depth=DEPTH, *, dtype=None, seed=None):
+        super().__init__()
+        self.input_dim, self.rank, hidden, depth = check_network(input_dim, rank, hidden, depth)
+        self._assemble(self._linears(self._sizes(hidden, depth), dtype, seed))
+
+
+class MLP(_Network):
+    """Basis network ``phi(x) = W_out h_depth + b_out``, ``h_k = tanh(W_k h_{k-1} + b_k)``, ``h_0 = x``:
+    a ``torch.nn.Module`` in Pyro, an equinox module in NumPyro.
 
     Args:
         input_dim: D.
         rank: number of basis functions r (the output size).
         hidden: units per hidden layer.
         depth: hidden layers.
-        dtype: parameter dtype ({default_dtype} when None).
-        seed: {seed}.
+        dtype: parameter dtype (torch's default or JAX's default float when None).
+        seed: seeds the default initialisation of the backend (torch's: from the global RNG when
+            None, which is left as it was otherwise; equinox's: from 0 when None).
 
-    Maps inputs ``(N, D)`` to features ``(N, r)``{single_row}.
+    Maps inputs ``(N, D)`` to features ``(N, r)`` (NumPyro: also a single ``(D,)`` row to ``(r,)``).
     """
 
-RESNET_DOC = """Residual basis network: ``h_0 = W_in x + b_in``, ``h_k = h_{k-1} + tanh(W_k h_{k-1} + b_k)``,
+    _layers = ("hidden", "head")
+
+    def _sizes(self, hidden, depth):
+        inputs = [self.input_dim] + [hidden] * depth
+        return list(zip(inputs[:-1], inputs[1:])) + [(hidden, self.rank)]
+
+    def _assemble(self, layers):
+        self.hidden, self.head = self._sequence(layers[:-1]), layers[-1]
+
+    def _forward(self, h):
+        xp = namespace(h)
+        for layer in self.hidden:
+            h = xp.tanh(layer(h))
+        return self.head(h)
+
+
+class ResNet(_Network):
+    """Residual basis network: ``h_0 = W_in x + b_in``, ``h_k = h_{k-1} + tanh(W_k h_{k-1} + b_k)``,
     ``phi(x) = W_out h_depth + b_out`` (the spec's reading of the paper's 2-layer ResNet).
 
     Args: as for :class:`MLP` (``depth`` counts residual blocks).
     """
+
+    _layers = ("input", "blocks", "head")
+
+    def _sizes(self, hidden, depth):
+        return [(self.input_dim, hidden)] + [(hidden, hidden)] * depth + [(hidden, self.rank)]
+
+    def _assemble(self, layers):
+        self.input, self.blocks, self.head = layers[0], self._sequence(layers[1:-1]), layers[-1]
+
+    def _forward(self, x):
+        xp = namespace(x)
+        h = self.input(x)
+        for block in self.blocks:
+            h = h + xp.tanh(block(h))
+        return self.head(h)
+
+
+def network_classes(base, module):
+    """The backend's :class:`MLP` and :class:`ResNet`: each core network on the backend's module
+    class ``base`` (which comes after it, so ``super().__init__()`` reaches it), its layers
+    declared as fields, as equinox modules need (torch ignores the declaration)."""
+    return tuple(
+        type(base)(cls.__name__, (cls, base), {"__module__": module, "__qualname__": cls.__name__, "__doc__": cls.__doc__,
+                                               "__annotations__": dict.fromkeys(cls._layers, object)})
+        for cls in (MLP, ResNet)
+    )
 
 
 def check_flag(value, name):
@@ -232,23 +299,32 @@ def _sq_norms(Phi):
 class _DeepBasis:
     """What both models share: the network ``net``, the kernel variance and the correction flag.
 
-    Each backend supplies the hooks: ``_register(net)`` (check it, make its weights parameters),
-    ``_net_like(net)`` (an array of its weights, whose dtype and device the parameters follow),
-    ``_reading()`` (a context yielding the object with its parameters read: Pyro's module
-    context, NumPyro's ``bind()``), ``_evaluate(fn, params)`` (``fn(obj)`` without gradients, at
-    ``params``), ``_map_rows(fn, X, batch_size, params, *extra)`` (``fn(obj, Xb, *extra)`` over row
-    batches, concatenated), ``_as_array`` (the backend's array conversion) and ``_ppl`` (pyro or
-    numpyro, for ``sample``/``factor``).
+    Each backend supplies the hooks: ``_network`` (the network base class and how to name it in
+    an error), ``_register(net)`` (make its weights parameters, where that happens on
+    construction), ``_net_like(net)`` (an array of its weights, whose dtype and device the
+    parameters follow), ``_parameter_values(params)`` (every parameter value of the object at
+    ``params``, a ``{name: value}`` copy), ``_map_rows(fn, X, batch_size, params, *extra)``
+    (``fn(obj, Xb, *extra)`` without gradients at ``params``, over row batches ``Xb`` of ``X``
+    concatenated, or at once on all of ``X`` when ``batch_size`` is None; NumPyro compiles it
+    once per function, object and shape), ``_as_array`` (the backend's array conversion) and
+    ``_ppl`` (pyro or numpyro, for ``sample``/``factor``).
     """
 
     @property
     def input_dim(self):
         return self.net.input_dim
 
+    @staticmethod
+    def _register(net):
+        return net
+
     def _setup(self, net, variance_correction):
-        """Check the flag and register the network; returns an array like its weights."""
+        """Check the flag and the network, and register it; returns an array like its weights."""
         self.variance_correction = check_flag(variance_correction, "variance_correction")
-        self.net = self._register(net)
+        base, described = self._network
+        if not isinstance(net, base):
+            raise TypeError(f"net must be {described}, got {type(net).__name__}")
+        self.net = self._register(check_basis_net(net))
         return self._net_like(net)
 
     def _features(self, X):
@@ -263,8 +339,9 @@ class ExactDBK(_DeepBasis):
     ``model``/``guide`` are a collapsed model (``y`` observed through a
     ``LowRankMultivariateNormal``, plus the factor ``<name>.trace`` = ``-tr(C) / (2 sigma^2)``
     with correction) and an empty guide, so ``fit`` or ``SVI`` maximise :meth:`objective`.
-    After training, :meth:`calibrate` conditions on the training data once (O(N r^2)); then
-    :meth:`predict_f`/:meth:`predict_y` cost O(r^2) per test point.
+    After training, :meth:`calibrate` conditions on the training data once (O(N r^2)) and
+    returns an :class:`ExactDBKPosterior`, whose ``predict_f``/``predict_y`` cost O(r^2) per test
+    point. The model itself holds no posterior state.
 
     Args:
         net: the basis network ``(N, D) -> (N, r)`` with integer attributes ``input_dim`` and
@@ -279,9 +356,6 @@ class ExactDBK(_DeepBasis):
 
     The kernel variance carries the scale of ``phi``, which Adam cannot move stably through the
     last layer's weights alone (docs/usage.md); keep ``net`` at its default initialisation.
-
-    :meth:`calibrate` stores the conditioned posterior in ``cache`` (state outside the parameters,
-    read by :meth:`predict_f` outside any compiled training step).
     """
 
     def __init__(self, net, noise=NOISE_INIT, variance=1.0, variance_correction=True, name="dbk"):
@@ -291,14 +365,13 @@ class ExactDBK(_DeepBasis):
         self._param("noise", xp.asarray(check_noise(noise), dtype=like.dtype, device=device(like)),
                     self._dist.constraints.greater_than(NOISE_LOWER_BOUND))
         self._param("variance", self._checks.positive(variance, "variance", like=like), "positive")
-        self.cache = None
 
-    def _inputs(self, X):
+    def _inputs(self, X, like):
         X = self._checks.inputs(X, "X", self.input_dim)
-        return backend(X).cast_like(X, self.noise)
+        return backend(X).cast_like(X, like)
 
     def _data(self, X, y):
-        X = self._inputs(X)
+        X = self._inputs(X, self.noise)
         if y is not None:
             checks = self._checks
             y = checks.same_length(checks.finite(self._as_array(y, "y", like=X), "y"), X.shape[0])
@@ -306,13 +379,13 @@ class ExactDBK(_DeepBasis):
 
     def log_marginal_likelihood(self, X, y):
         """``log p(y)`` of eq. 5 (no correction), differentiable: a scalar."""
-        with self._reading() as m:
+        with self._sites.bound(self) as (m,):
             X, y = m._data(X, y)
             return lowrank_lml(m._features(X), y, m.noise)
 
     def objective(self, X, y):
         """The training objective: ``log p(y)``, less ``tr(C) / (2 sigma^2)`` with correction."""
-        with self._reading() as m:
+        with self._sites.bound(self) as (m,):
             X, y = m._data(X, y)
             noise = m.noise
             *moments, sq = _stats(m.net(X), y, noise, m.variance)  # Phi is not scaled: the moments are
@@ -322,7 +395,7 @@ class ExactDBK(_DeepBasis):
     def model(self, X, y=None):
         """Args: X ``(N, D)`` and y ``(N,)`` (the full data: the likelihood does not factorise).
         Returns ``y`` (sampled from the prior predictive when None)."""
-        with self._reading() as m:
+        with self._sites.bound(self) as (m,):
             X, y = m._data(X, y)
             Phi, noise = m._features(X), m.noise
             xp = namespace(Phi)
@@ -336,39 +409,71 @@ class ExactDBK(_DeepBasis):
         """The empty guide (``w`` is integrated out; everything else is a point estimate)."""
 
     def calibrate(self, X, y, params=None):
-        """Condition on the training data: store the posterior of ``w`` (D-weighted with
-        correction) and ``M = max_n |phi(x_n)|^2`` for prediction.
+        """Condition on the training data: the posterior of ``w`` (D-weighted with correction)
+        and ``M = max_n |phi(x_n)|^2``, at the parameter values ``params``.
 
         Args:
             X, y: the training data ``(N, D)``, ``(N,)``.
-            params: optional ``{name: value}`` parameter values (default: Pyro's param store;
-                in NumPyro the initial values).
+            params: optional ``{name: value}`` parameter values (e.g. ``FitResult.params``); by
+                default the trained values ``fit`` leaves.
 
         Returns:
-            self
+            ExactDBKPosterior: a new object that predicts; the model is left unchanged.
         """
         X, y = self._data(X, y)
-        self.cache = self._evaluate(lambda m: m._condition(X, y), params)
-        return self
+        values = self._parameter_values(params)
+        return ExactDBKPosterior(self, values, *self._map_rows(_condition, X, None, values, y))
 
-    def _condition(self, X, y):
-        Phi, noise = self._features(X), self.noise
-        xp = namespace(Phi)
-        sq = _sq_norms(Phi)
-        M = xp.max(sq) if self.variance_correction else None
-        s = noise + correction(sq, M) if self.variance_correction else noise
-        mean, R, _ = _posterior64(*_stats(Phi, y, s)[:2])
-        return {"mean": mean, "R": R, "noise": xp.asarray(noise, copy=True), "max_sq_norm": M}
+    def predict_f(self, X, batch_size=4096):
+        """Predictions come from the posterior :meth:`calibrate` returns; this raises a
+        ValueError that says so."""
+        raise ValueError("ExactDBK predicts from its posterior: call posterior = model.calibrate(X_train, y_train, "
+                         "params) once after training, then posterior.predict_f(X) or posterior.predict_y(X)")
 
-    def predict_f(self, X, batch_size=4096, params=None):
+    def predict_y(self, X, quantiles=None, batch_size=4096):
+        """See :meth:`predict_f`: use the posterior :meth:`calibrate` returns."""
+        return self.predict_f(X, batch_size)
+
+
+def _condition(model, X, y):
+    """``(mean, R, noise, M)`` of the posterior of ``w`` given the training data (float64 ``mean``
+    and ``R``; ``M`` None without correction)."""
+    Phi, noise = model._features(X), model.noise
+    xp = namespace(Phi)
+    sq = _sq_norms(Phi)
+    M = xp.max(sq) if model.variance_correction else None
+    s = noise + correction(sq, M) if model.variance_correction else noise
+    mean, R, _ = _posterior64(*_stats(Phi, y, s)[:2])
+    return mean, R, noise, M
+
+
+class ExactDBKPosterior:
+    """The posterior of an :class:`ExactDBK` given its training data (:meth:`ExactDBK.calibrate`):
+    the posterior of ``w`` (D-weighted with correction), ``M``, the noise and every parameter
+    value it was computed at. Predictions read nothing else: training the model further does not
+    change them. Predictions cost O(r^2) per test point.
+
+    Attributes:
+        model: the :class:`ExactDBK` (its network and options).
+        params: ``{name: value}``, the parameter values of ``model`` at calibration.
+        mean, R: the posterior of ``w``: mean ``(r,)`` and lower Cholesky factor ``(r, r)`` of
+            its precision, float64 (JAX: with ``jax_enable_x64``).
+        noise: ``sigma^2``.
+        max_sq_norm: ``M``, or None without correction.
+    """
+
+    def __init__(self, model, params, mean, R, noise, max_sq_norm):
+        self.model, self.params = model, params
+        self.mean, self.R, self.noise, self.max_sq_norm = mean, R, noise, max_sq_norm
+
+    def predict_f(self, X, batch_size=4096):
         """Moments of ``f(X)``: mean ``(N,)`` and variance ``(N,)`` (eq. 6; eq. 12 with correction,
-        whose ``c(x*)`` belongs to the latent variance). Needs :meth:`calibrate` first, with the
-        same ``params``."""
-        if self.cache is None:
-            raise ValueError("call calibrate(X_train, y_train) before predicting")
-        return self._map_rows(_exact_moments, self._inputs(X), batch_size, params, self.cache)
+        whose ``c(x*)`` belongs to the latent variance), in batches of ``batch_size`` rows."""
+        model = self.model
+        return model._map_rows(_exact_moments, model._inputs(X, self.noise), batch_size, self.params, self.mean,
+                               self.R, self.max_sq_norm)
 
-    def predict_y(self, X, quantiles=None, batch_size=4096, params=None):
+    def predict_y(self, X, quantiles=None, batch_size=4096):
         """Predictive of ``y*``: variance ``var_f + sigma^2``, Gaussian quantiles ``(Q, N)`` at
         ``quantiles`` (or None); see :meth:`predict_f`.
 
@@ -376,25 +481,25 @@ class ExactDBK(_DeepBasis):
             Prediction
         """
         levels = None if quantiles is None else probabilities(quantiles, "quantiles")
-        mean, var = self.predict_f(X, batch_size=batch_size, params=params)
-        var = var + self.cache["noise"]
+        mean, var = self.predict_f(X, batch_size=batch_size)
+        var = var + self.noise
         q = None
         if levels is not None:
             xp = namespace(mean)
             levels = xp.asarray(levels, dtype=mean.dtype, device=device(mean))
-            q = self._dist.Normal(mean, xp.sqrt(var)).icdf(levels[:, None])
+            q = self.model._dist.Normal(mean, xp.sqrt(var)).icdf(levels[:, None])
         return Prediction(mean, var, q)
 
 
-def _exact_moments(model, X, cache):
-    """Predictive moments of ``f`` at the rows ``X`` from the cached posterior of ``w``."""
+def _exact_moments(model, X, mean, R, max_sq_norm):
+    """Predictive moments of ``f`` at the rows ``X`` from the posterior of ``w``."""
     Phi = model._features(X)
     xp = namespace(Phi)
-    Phi64 = xp.astype(Phi, cache["R"].dtype, copy=False)  # the cached posterior of w is float64
-    var = xp.astype(xp.sum(solve_lower(cache["R"], Phi64.mT) ** 2, axis=-2), Phi.dtype)
+    Phi64 = xp.astype(Phi, R.dtype, copy=False)  # the posterior of w is float64
+    var = xp.astype(xp.sum(solve_lower(R, Phi64.mT) ** 2, axis=-2), Phi.dtype)
     if model.variance_correction:
-        var = var + correction(_sq_norms(Phi), cache["max_sq_norm"])
-    return xp.astype(Phi64 @ cache["mean"], Phi.dtype), var
+        var = var + correction(_sq_norms(Phi), max_sq_norm)
+    return xp.astype(Phi64 @ mean, Phi.dtype), var
 
 
 class SVDBK(_DeepBasis, GPPrior):
@@ -405,8 +510,9 @@ class SVDBK(_DeepBasis, GPPrior):
     correction, ``c`` is the diagonal correction with ``M`` the max over the rows of ``X`` (the
     minibatch, in training: for a Gaussian likelihood the ELBO then is the paper's eq. 9 less its
     minibatch trace term, and for any likelihood it is the bound of eq. 11 with the corrected
-    prior ``N(f | Phi w, C)``) until :meth:`calibrate` stores ``M`` over the training set, which
-    prediction uses from then on (set ``max_sq_norm = None`` to train again).
+    prior ``N(f | Phi w, C)``). To predict with ``M`` over the training set, pass the
+    :class:`CalibratedSVDBK` that :meth:`calibrate` returns to ``predict_f``/``predict_y``/
+    ``sample_f`` in place of the prior.
 
     Args:
         net: the basis network ``(N, D) -> (N, r)`` with integer attributes ``input_dim`` and
@@ -420,10 +526,6 @@ class SVDBK(_DeepBasis, GPPrior):
         name: prefix of the parameter and site names.
 
     ``q`` starts at the prior (``q_mu = 0``, ``q_sqrt = I``).
-
-    ``max_sq_norm`` is a plain attribute, not a parameter: a compiled step (NumPyro's ``jit``)
-    keeps the value it was traced with, so set it before compiling (``fit`` compiles afresh;
-    NumPyro's predictions are keyed on it through :meth:`static_state` and recompile).
     """
 
     def __init__(self, net, *, variance=1.0, variance_correction=True, diagonal=False, name="gp"):
@@ -434,7 +536,6 @@ class SVDBK(_DeepBasis, GPPrior):
         self._param("q_mu", q_mu)
         self._param("q_sqrt", q_sqrt, self.family.q_sqrt_constraint)
         self._param("variance", self._checks.positive(variance, "variance", like=like), "positive")
-        self.max_sq_norm = None
 
     @property
     def site_names(self):
@@ -443,21 +544,23 @@ class SVDBK(_DeepBasis, GPPrior):
     def posterior(self):
         return SVDBKPosterior(self)
 
-    def static_state(self):
-        return (self.max_sq_norm,)
-
     def prior_variance(self, X):
-        """The (corrected) prior variance ``|phi(x)|^2 + c(x)``: ``(N,)``."""
+        """The (corrected) prior variance ``|phi(x)|^2 + c(x)``, ``M`` the max over ``X``: ``(N,)``."""
         sq = _sq_norms(self.posterior().features(X))
-        return sq + correction(sq, self.max_sq_norm) if self.variance_correction else sq
+        return sq + correction(sq) if self.variance_correction else sq
 
     def calibrate(self, X, params=None, batch_size=4096):
-        """Store ``M = max_n |phi(x_n)|^2`` over the training inputs ``X`` ``(N, D)`` (one pass,
-        in batches, without gradients) for the corrected predictive; returns ``M`` (a float)."""
+        """``M = max_n |phi(x_n)|^2`` over the training inputs ``X`` ``(N, D)`` (one pass, in
+        batches, without gradients) at the parameter values ``params`` (by default the trained
+        values ``fit`` leaves), for the corrected predictive.
+
+        Returns:
+            CalibratedSVDBK: a new object that ``predict_f``/``predict_y``/``sample_f`` take in
+            place of the prior (predict at the same ``params``); the prior is left unchanged.
+        """
         X = self._checks.inputs(X, "X", self.input_dim)
         sq = self._map_rows(_svdbk_sq_norms, X, batch_size, params)
-        self.max_sq_norm = float(namespace(sq).max(sq))
-        return self.max_sq_norm
+        return self._adapted[CalibratedSVDBK](self, namespace(sq).max(sq))
 
     def weight_model(self, X, plate=None):
         """The model with ``w`` sampled: the site ``<name>.w ~ N(0, I)`` outside the plate and,
@@ -471,7 +574,7 @@ class SVDBK(_DeepBasis, GPPrior):
         Returns:
             ``f`` of shape ``(B,)``.
         """
-        with self._reading() as prior:
+        with self._sites.bound(self) as (prior,):
             X = self._checks.inputs(X, "X", self.input_dim)
             posterior = prior.posterior()
             w = self._ppl.sample(f"{self.name}.w", posterior.prior_u())
@@ -480,14 +583,14 @@ class SVDBK(_DeepBasis, GPPrior):
                 f = Phi @ w
                 if self.variance_correction:
                     xp = namespace(f)
-                    c = correction(_sq_norms(Phi), self.max_sq_norm)
+                    c = correction(_sq_norms(Phi))
                     eps = self._ppl.sample(f"{self.name}.eps", self._dist.Normal(xp.zeros_like(f), 1.0))
                     f = f + xp.sqrt(xp.clip(c, min=xp.finfo(c.dtype).tiny)) * eps  # clamped: finite gradient at c = 0
                 return f
 
     def weight_guide(self, X, plate=None):
         """The guide of :meth:`weight_model`: ``<name>.w ~ q(w)`` (and ``<name>.eps ~ N(0, 1)``)."""
-        with self._reading() as prior:
+        with self._sites.bound(self) as (prior,):
             X = self._checks.inputs(X, "X", self.input_dim)
             self._ppl.sample(f"{self.name}.w", prior.posterior().q_u())
             if self.variance_correction:
@@ -501,13 +604,43 @@ def _svdbk_sq_norms(prior, X):
     return _sq_norms(prior.posterior().features(X))
 
 
-class SVDBKPosterior:
-    """``q(f)`` of an :class:`SVDBK` with its parameters read once."""
+class CalibratedSVDBK:
+    """An :class:`SVDBK` prior with ``M = max_n |phi(x_n)|^2`` over its training inputs
+    (:meth:`SVDBK.calibrate`): ``predict_f``, ``predict_y`` and ``sample_f`` take it in place of
+    the prior and add the correction ``c(x*)`` with this ``M``. It reads the prior's parameters as
+    the prior does (``params=``, by default the trained values); it is not trained.
 
-    def __init__(self, prior):
+    Attributes:
+        prior: the :class:`SVDBK`.
+        max_sq_norm: ``M``, a scalar array.
+    """
+
+    def __init__(self, prior, max_sq_norm):
+        self.prior, self.max_sq_norm = prior, max_sq_norm
+
+    @property
+    def name(self):
+        return self.prior.name
+
+    @property
+    def input_dim(self):
+        return self.prior.input_dim
+
+    def posterior(self):
+        return SVDBKPosterior(self.prior, self.max_sq_norm)
+
+    def static_state(self):
+        return ()  # M is an argument of NumPyro's compiled predictions (bind()), not part of their key
+
+
+class SVDBKPosterior:
+    """``q(f)`` of an :class:`SVDBK` with its parameters read once; ``max_sq_norm`` is ``M`` of
+    the correction (None: the max over the rows ``marginals`` is given)."""
+
+    def __init__(self, prior, max_sq_norm=None):
         self.net, self.variance, self.q_mu, self.q_sqrt = prior.net, prior.variance, prior.q_mu, prior.q_sqrt
         self.q, self.dist = prior.family(self.q_mu, self.q_sqrt), prior._dist
-        self.variance_correction, self.max_sq_norm = prior.variance_correction, prior.max_sq_norm
+        self.variance_correction, self.max_sq_norm = prior.variance_correction, max_sq_norm
 
     def features(self, X):
         """``Phi = phi(X) = sqrt(variance) net(X)``: ``(N, r)``."""

@@ -141,7 +141,7 @@ def test_kernel_variance_scales_the_features_and_is_learned(backend, rng):
     expected = ref.exact_lml(Phi @ Phi.T, y, NOISE) - corrected(Phi).sum() / (2 * NOISE)
     assert scalar(backend, model.objective(backend.array(X), backend.array(y))) == pytest.approx(expected, rel=1e-10)
     prior = svdbk(backend, weights, "resnet", variance=0.3)
-    M = prior.calibrate(backend.array(X))
+    M = scalar(backend, prior.calibrate(backend.array(X)).max_sq_norm)
     assert M == pytest.approx((Phi**2).sum(-1).max(), rel=1e-12)
     np.testing.assert_allclose(backend.numpy(prior.prior_variance(backend.array(X))), np.full(10, M), rtol=1e-12)
     # d objective / d variance against central differences of the dense reference
@@ -327,9 +327,9 @@ def test_exact_predictive_equals_dense_computation(backend, rng, arch, variance)
     for correction in (False, True):
         backend.reset()
         model = exact(backend, weights, arch, variance=variance, variance_correction=correction)
-        model.calibrate(backend.array(X), backend.array(y))
-        pred = model.predict_y(backend.array(Xs), quantiles=(0.1, 0.9), batch_size=4)
-        mean_f, var_f = (backend.numpy(a) for a in model.predict_f(backend.array(Xs), batch_size=4))
+        posterior = model.calibrate(backend.array(X), backend.array(y))
+        pred = posterior.predict_y(backend.array(Xs), quantiles=(0.1, 0.9), batch_size=4)
+        mean_f, var_f = (backend.numpy(a) for a in posterior.predict_f(backend.array(Xs), batch_size=4))
         K, kss = Phi @ Phi.T, (Phis**2).sum(-1)
         if correction:  # the dense GP with K + diag(c) and test prior variance |phi*|^2 + c* = max(M, d*)
             K, kss = K + np.diag(c), kss + c_star
@@ -390,21 +390,34 @@ def test_elbo_below_lml_with_equality_at_the_weight_posterior(backend, rng):
 
 
 def test_corrected_svi_predictive_uses_the_training_max(backend, rng):
+    """``calibrate`` returns a new object that predicts with M over the training inputs; the prior
+    is unchanged, and NumPyro compiles the predictions once for every calibration (M is traced)."""
     weights = random_weights(rng, "resnet", D=2, r=3)
     X, Xs = rng.normal(size=(20, 2)), rng.normal(size=(7, 2)) * 3
     m, L = rng.normal(size=3), lower(rng, 3)
     prior = svdbk(backend, weights, "resnet", q_mu=m, q_sqrt=L)
     model = gaussian_model(backend, prior)
-    model.predict_y(backend.array(Xs), batch_size=3)  # compiled (NumPyro) before calibrating: not reused after
-    M = prior.calibrate(backend.array(X), batch_size=6)
+    before = backend.numpy(model.predict_y(backend.array(Xs)).variance)  # uncalibrated: M over the rows given
     Phi, Phis = np_features("resnet", weights, X), np_features("resnet", weights, Xs)
-    assert M == pytest.approx((Phi**2).sum(-1).max(), rel=1e-12)
-    pred = model.predict_y(backend.array(Xs), batch_size=3)
-    _, c_star = corrected(Phi, Phis)
-    np.testing.assert_allclose(backend.numpy(pred.mean), Phis @ m, rtol=1e-10)
-    np.testing.assert_allclose(backend.numpy(pred.variance), ((Phis @ L) ** 2).sum(-1) + NOISE + c_star, rtol=1e-10)
-    cov = backend.numpy(model.predict_f(backend.array(Xs), full_cov=True)[1])
-    np.testing.assert_allclose(cov, Phis @ L @ L.T @ Phis.T + np.diag(c_star), rtol=1e-10, atol=1e-12)
+    d_star = (Phis**2).sum(-1)
+    np.testing.assert_allclose(before, ((Phis @ L) ** 2).sum(-1) + NOISE + d_star.max() - d_star, rtol=1e-10)
+    compiled = []
+    for rows in (X, X[:5]):  # two calibrations: two values of M
+        calibrated = prior.calibrate(backend.array(rows), batch_size=6)
+        M = (np_features("resnet", weights, rows) ** 2).sum(-1).max()
+        assert scalar(backend, calibrated.max_sq_norm) == pytest.approx(M, rel=1e-12)
+        pred = backend.lib.predict_y(calibrated, model.likelihood, backend.array(Xs), batch_size=3)
+        c_star = np.maximum(M, d_star) - d_star
+        np.testing.assert_allclose(backend.numpy(pred.mean), Phis @ m, rtol=1e-10)
+        np.testing.assert_allclose(backend.numpy(pred.variance), ((Phis @ L) ** 2).sum(-1) + NOISE + c_star, rtol=1e-10)
+        cov = backend.numpy(backend.lib.predict_f(calibrated, backend.array(Xs), full_cov=True)[1])
+        np.testing.assert_allclose(cov, Phis @ L @ L.T @ Phis.T + np.diag(c_star), rtol=1e-10, atol=1e-12)
+        if backend.name == "numpyro":
+            from numpyro_sparsegp import predict
+
+            compiled.append((predict._predictive._cache_size(), predict._moments._cache_size()))
+    assert len(set(compiled)) <= 1  # the second calibration reused the programs of the first
+    np.testing.assert_allclose(backend.numpy(model.predict_y(backend.array(Xs)).variance), before)
 
 
 def test_poisson_likelihood_uses_the_corrected_marginals(backend, rng):
@@ -498,11 +511,12 @@ def test_rotating_the_basis_changes_nothing(backend, rng):
     out = []
     for i, (w, mean, factor) in enumerate([(weights, m, L), (rotated, Q.T @ m, np.linalg.cholesky(Q.T @ L @ L.T @ Q))]):
         backend.reset()
-        model = exact(backend, w).calibrate(backend.array(X), backend.array(y))
+        model = exact(backend, w)
+        posterior = model.calibrate(backend.array(X), backend.array(y))
         svi = gaussian_model(backend, svdbk(backend, w, q_mu=mean, q_sqrt=factor, name=f"gp{i}"))
         out.append([scalar(backend, model.objective(backend.array(X), backend.array(y))),
                     scalar(backend, svi.elbo(backend.array(X), backend.array(y))),
-                    *[backend.numpy(a) for a in model.predict_f(backend.array(Xs))]])
+                    *[backend.numpy(a) for a in posterior.predict_f(backend.array(Xs))]])
     for a, b in zip(*out):
         np.testing.assert_allclose(a, b, rtol=1e-9)
 
@@ -610,20 +624,40 @@ def test_fit_calibrate_predict_and_arviz(backend, rng):
     assert result.losses[-4:].mean() < result.losses[:4].mean()
     assert {"gp.q_mu", "gp.q_sqrt", "likelihood.variance"} <= set(result.params)
     assert any(k.startswith("gp.net") for k in result.params)
-    M = prior.calibrate(Xa, params=result.params)
-    pred = model.predict_y(Xa, quantiles=(0.05, 0.95), params=result.params)
+    calibrated = prior.calibrate(Xa, params=result.params)
+    pred = backend.lib.predict_y(calibrated, model.likelihood, Xa, quantiles=(0.05, 0.95), params=result.params)
     assert np.sqrt(np.mean((backend.numpy(pred.mean) - y) ** 2)) < 0.5
-    mean, var = (backend.numpy(a) for a in model.predict_f(Xa, params=result.params))
-    assert np.all(var > 0) and M > 0
+    mean, var = (backend.numpy(a) for a in backend.lib.predict_f(calibrated, Xa, params=result.params))
+    assert np.all(var > 0) and scalar(backend, calibrated.max_sq_norm) > 0
     idata = backend.lib.to_inference_data(model, data=(Xa, ya), num_samples=6, num_chains=2, result=result)
     assert idata.log_likelihood["y"].shape == (2, 3, 64)
     backend.reset()
     exact_model = dbk(backend).ExactDBK(make_net(backend, "resnet", random_weights(rng, "resnet", D=1, r=8, hidden=16)))
     result = backend.lib.fit(exact_model.model, exact_model.guide, (Xa, ya), num_steps=30, lr=0.03, progress=False)
     assert result.losses[-5:].mean() < result.losses[:5].mean()
-    exact_model.calibrate(Xa, ya, params=result.params)
-    pred = exact_model.predict_y(Xa, params=result.params)
+    pred = exact_model.calibrate(Xa, ya, params=result.params).predict_y(Xa)
     assert np.sqrt(np.mean((backend.numpy(pred.mean) - y) ** 2)) < 0.5
+
+
+def test_calibrate_returns_a_posterior_that_training_does_not_change(backend, rng):
+    """The posterior holds the parameter values it was computed at (by default the trained ones):
+    training the model further changes neither it nor the model's lack of a posterior."""
+    X = rng.uniform(-1, 1, size=(32, 1))
+    y = np.sin(3 * X[:, 0]) + 0.1 * rng.normal(size=32)
+    Xa, ya = backend.array(X), backend.array(y)
+    model = exact(backend, random_weights(rng, "mlp", D=1, r=4, hidden=5))
+    fit = lambda: backend.lib.fit(model.model, model.guide, (Xa, ya), num_steps=5, lr=0.05, progress=False)  # noqa: E731
+    fit()
+    posterior = model.calibrate(Xa, ya)
+    first = [backend.numpy(a) for a in posterior.predict_f(Xa)]
+    result = fit()
+    np.testing.assert_allclose([backend.numpy(a) for a in posterior.predict_f(Xa)], first, rtol=1e-12)
+    again = model.calibrate(Xa, ya, params=result.params)
+    assert np.max(np.abs(backend.numpy(again.predict_f(Xa)[0]) - first[0])) > 1e-6
+    np.testing.assert_allclose(backend.numpy(model.calibrate(Xa, ya).predict_f(Xa)[0]),
+                               backend.numpy(again.predict_f(Xa)[0]), rtol=1e-10)
+    with pytest.raises(ValueError, match="calibrate"):
+        model.predict_y(Xa)
 
 
 def test_bad_arguments_are_named(backend, rng):
@@ -662,14 +696,15 @@ def test_pyro_and_numpyro_agree(arch):
         for correction in (True, False):
             backend.reset()
             Xa, ya, Xsa = backend.array(X), backend.array(y), backend.array(Xs)
-            model = exact(backend, weights, arch, variance=0.7, variance_correction=correction).calibrate(Xa, ya)
-            out += [scalar(backend, model.objective(Xa, ya)), *[backend.numpy(a) for a in model.predict_f(Xsa)]]
+            model = exact(backend, weights, arch, variance=0.7, variance_correction=correction)
+            posterior = model.calibrate(Xa, ya)
+            out += [scalar(backend, model.objective(Xa, ya)), *[backend.numpy(a) for a in posterior.predict_f(Xsa)]]
             prior = svdbk(backend, weights, arch, q_mu=m, q_sqrt=L, variance=0.7, variance_correction=correction,
                           name="svi")
             svi = gaussian_model(backend, prior)
             out += [scalar(backend, svi.elbo(Xa, ya)), -backend.loss(svi.model, svi.guide, Xa, ya)]
-            prior.calibrate(Xa)
-            out += [backend.numpy(a) for a in svi.predict_y(Xsa)[:2]]
+            calibrated = prior.calibrate(Xa)
+            out += [backend.numpy(a) for a in backend.lib.predict_y(calibrated, svi.likelihood, Xsa)[:2]]
         results.append(out)
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)

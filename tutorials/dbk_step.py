@@ -83,9 +83,9 @@ def exact_dbk(b, X, y, Xt, steps, correction, rank, lr, prior_sd=0.3):
     variance = prior_sd**2 / float(np.mean(np.sum(b.numpy(net(Xa)) ** 2, axis=-1)))  # sqrt(mean |phi|^2) = prior_sd
     model = b.dbk.ExactDBK(net, variance=variance, variance_correction=correction)
     result = b.lib.fit(model.model, model.guide, (Xa, ya), num_steps=steps, lr=lr, progress=False)
-    model.calibrate(Xa, ya, params=result.params)
-    pred = model.predict_y(b.array(Xt), params=result.params)
-    _, var_f = model.predict_f(b.array(Xt), params=result.params)
+    posterior = model.calibrate(Xa, ya, params=result.params)  # conditions on the data once: a new object
+    pred = posterior.predict_y(b.array(Xt))
+    _, var_f = posterior.predict_f(b.array(Xt))
     return pred, b.numpy(var_f), float(b.numpy(result.params["dbk.noise"]))
 
 
