@@ -35,14 +35,14 @@ def _values(params, *objects):
     return {name: site["value"] for name, site in trace.items() if site["type"] == "param"}
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4, 5))
-def _compiled_moments(Xb, batch, values, prior, full_cov, state):
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _compiled_moments(Xb, batch, values, prior, full_cov):
     with handlers.substitute(data=values):
         return prior.bind().posterior().marginals(Xb, full_cov=full_cov)
 
 
-@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7, 8))
-def _compiled_predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples, state):
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
+def _compiled_predictive(Xb, batch, values, key, prior, likelihood, levels, num_samples):
     key = jax.random.fold_in(key, batch)
     with handlers.substitute(data=values):
         mean, var = prior.bind().posterior().marginals(Xb)
@@ -57,14 +57,14 @@ def _compiled_predictive(Xb, batch, values, key, prior, likelihood, levels, num_
 def _moments(prior, X, full_cov, batch_size, params):
     values = _values(params, prior)
     if full_cov:
-        return _compiled_moments(X, 0, values, prior, True, prior.static_state())
-    return _map_batches(_compiled_moments, X, batch_size, values, prior, False, prior.static_state())
+        return _compiled_moments(X, 0, values, prior, True)
+    return _map_batches(_compiled_moments, X, batch_size, values, prior, False)
 
 
 def _predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params):
     values = _values(params, prior, likelihood)
     (mean, var), q = _map_batches(_compiled_predictive, X, batch_size, values, jax.random.PRNGKey(seed), prior,
-                                  likelihood, levels, num_samples, prior.static_state())
+                                  likelihood, levels, num_samples)
     return mean, var, None if q is None else q.T
 
 

@@ -74,7 +74,7 @@ class _DeepBasis(common._DeepBasis, Parameterized):
         if params is not None:  # only the features': substitute warns about names it does not use
             params = {k: v for k, v in params.items() if k.startswith(f"{self.name}.net.") or k == f"{self.name}.variance"}
         with predict._evaluating(self, params):
-            parts = [fn(self, Xb, *extra) for Xb in predict._batches(X, batch_size)]
+            parts = [fn(self, Xb, *extra) for Xb in X.split(batch_size)]
         return tuple(map(torch.cat, zip(*parts))) if isinstance(parts[0], tuple) else torch.cat(parts)
 
 

@@ -470,8 +470,8 @@ class ExactDBKPosterior:
         """Moments of ``f(X)``: mean ``(N,)`` and variance ``(N,)`` (eq. 6; eq. 12 with correction,
         whose ``c(x*)`` belongs to the latent variance), in batches of ``batch_size`` rows."""
         model = self.model
-        return model._map_rows(_exact_moments, model._inputs(X, self.noise), batch_size, self.params, self.mean,
-                               self.R, self.max_sq_norm)
+        return model._map_rows(_exact_moments, model._inputs(X, self.noise), positive_int(batch_size, "batch_size"),
+                               self.params, self.mean, self.R, self.max_sq_norm)
 
     def predict_y(self, X, quantiles=None, batch_size=4096):
         """Predictive of ``y*``: variance ``var_f + sigma^2``, Gaussian quantiles ``(Q, N)`` at
@@ -559,7 +559,7 @@ class SVDBK(_DeepBasis, GPPrior):
             place of the prior (predict at the same ``params``); the prior is left unchanged.
         """
         X = self._checks.inputs(X, "X", self.input_dim)
-        sq = self._map_rows(_svdbk_sq_norms, X, batch_size, params)
+        sq = self._map_rows(_svdbk_sq_norms, X, positive_int(batch_size, "batch_size"), params)
         return self._adapted[CalibratedSVDBK](self, namespace(sq).max(sq))
 
     def weight_model(self, X, plate=None):
@@ -628,9 +628,6 @@ class CalibratedSVDBK:
 
     def posterior(self):
         return SVDBKPosterior(self.prior, self.max_sq_norm)
-
-    def static_state(self):
-        return ()  # M is an argument of NumPyro's compiled predictions (bind()), not part of their key
 
 
 class SVDBKPosterior:

@@ -49,12 +49,6 @@ class GPPrior:
     def posterior(self):
         raise NotImplementedError
 
-    def static_state(self):
-        """Hashable values outside the parameters that ``posterior()`` reads (e.g. a calibrated
-        constant): compiled programs that hold the prior static are keyed on them too, so that
-        changing them recompiles instead of reusing a stale trace. ``()`` for most priors."""
-        return ()
-
     def prior_variance(self, X):
         """Prior variances ``k(x_n, x_n)``: ``(N,)`` or ``(N, L)``."""
         raise NotImplementedError
