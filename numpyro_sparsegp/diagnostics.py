@@ -7,11 +7,12 @@ from numpyro import handlers
 from numpyro.infer import Predictive, log_likelihood
 
 from sparsegp_common.diagnostics import make_to_inference_data, site_dims
+from sparsegp_common.nystrom import trace_floor
 
 from .cox import CoxProcess
 from .models import GPModel
 
-__all__ = ["to_inference_data"]
+__all__ = ["to_inference_data", "trace_floor"]
 
 
 def _draw(model, guide, data, num_samples, seed, params, kwargs):

@@ -10,11 +10,12 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
 from sparsegp_common.diagnostics import make_to_inference_data, site_dims
+from sparsegp_common.nystrom import trace_floor
 
 from .cox import CoxProcess
 from .models import GPModel
 
-__all__ = ["to_inference_data"]
+__all__ = ["to_inference_data", "trace_floor"]
 
 
 def _draw(model, guide, data, num_samples, seed, params, kwargs):

@@ -119,59 +119,6 @@ def test_train_for_gives_each_runner_the_budget():
     assert result["fast"][0] > 2.5 * result["slow"][0] > 0
 
 
-def test_decoupled_trials_build_the_variants():
-    import numpy as np
-    import pyro
-
-    from benchmarks import decoupled_trials as trials
-
-    with pytest.raises(ValueError, match="svgp or decoupled"):
-        trials.parse("sgpr:M=3")
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(1100, 2))
-    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=1100)
-    pyro.clear_param_store()
-    kind, opts = trials.parse("decoupled:p=direct:lr=0.02:alr=0.1:Llr=0.3:freeze=Z_alpha:Ma=20:Mb=4:ks=8:decay=0.5")
-    runner = trials.build(kind, opts, 0, X, y, X[:30])
-    prior = runner.gp.prior
-    assert prior.parametrization == "direct" and prior.Z_alpha.shape[0] == 20 and prior.kl_subsample_size == 8
-    store = pyro.get_param_store()
-    trained = {id(p) for group in runner.opt.param_groups for p in group["params"]}
-    assert id(store.get_param("gp0.Z_alpha").unconstrained()) not in trained
-    assert id(store.get_param("gp0.Z_beta").unconstrained()) in trained
-    runner.step()
-    runner.step()  # the schedule lr / (1 + c sqrt(t)) after two steps
-    lrs = {id(group["params"][0]): group["lr"] for group in runner.opt.param_groups}
-    assert lrs[id(store.get_param("gp0.a").unconstrained())] == pytest.approx(0.1 / (1 + 0.5 * 2**0.5))
-    assert lrs[id(store.get_param("gp0.L").unconstrained())] == pytest.approx(0.3 / (1 + 0.5 * 2**0.5))
-    assert lrs[id(store.get_param("gp0.Z_beta").unconstrained())] == pytest.approx(0.02 / (1 + 0.5 * 2**0.5))
-    svgp = trials.build(*trials.parse("svgp:M=16"), 1, X, y, X[:30])
-    assert svgp.gp.prior.features.num_inducing == 16
-
-
-def test_trace_floor_bounds_every_nystrom_residual():
-    import numpy as np
-    import torch
-
-    from benchmarks.decoupled_trials import trace_floor
-    from pyro_sparsegp import RBF
-
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(60, 3))
-    kernel = RBF(lengthscale=torch.tensor([0.7, 1.0, 1.5], dtype=torch.float64), variance=torch.tensor(0.8, dtype=torch.float64))
-    K = kernel(torch.as_tensor(X)).detach().numpy()
-    assert trace_floor(kernel, X, 0) == pytest.approx(0.8)
-    assert trace_floor(kernel, X, 60) == pytest.approx(0.0, abs=1e-12)
-    for rank in (1, 5, 10, 20):
-        floor = trace_floor(kernel, X, rank)
-        for seed in range(5):  # Nystrom with `rank` of the inputs never beats the floor
-            Z = np.random.default_rng(seed).choice(60, rank, replace=False)
-            residual = np.trace(K - K[:, Z] @ np.linalg.solve(K[np.ix_(Z, Z)] + 1e-12 * np.eye(rank), K[Z])) / 60
-            assert residual >= floor - 1e-10
-        eig = np.linalg.eigvalsh(K)[::-1]
-        assert floor == pytest.approx(eig[rank:].sum() / 60, rel=1e-9)
-
-
 def test_median_and_table():
     assert harness.median([3.0, 1.0, 2.0]) == 2.0
     assert harness.median([4.0, 1.0, 2.0, 3.0]) == 2.5

@@ -415,7 +415,7 @@ def test_corrected_svi_predictive_uses_the_training_max(backend, rng):
         if backend.name == "numpyro":
             from numpyro_sparsegp import predict
 
-            compiled.append((predict._predictive._cache_size(), predict._moments._cache_size()))
+            compiled.append((predict._compiled_predictive._cache_size(), predict._compiled_moments._cache_size()))
     assert len(set(compiled)) <= 1  # the second calibration reused the programs of the first
     np.testing.assert_allclose(backend.numpy(model.predict_y(backend.array(Xs)).variance), before)
 

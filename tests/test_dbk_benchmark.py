@@ -66,22 +66,3 @@ def test_dbk_cells_and_their_table(monkeypatch, tmp_path, capsys):
     assert f"{mean:.4f}" in dbk[0]
     assert "| pol | SVDBK | 1 |" in table and "protein" not in table
 
-
-def test_dbk_trials_backbone(capsys):
-    from benchmarks import dbk_trials
-
-    data, _ = dbk_trials.split("pol", 0, rows=300)
-    scaled = dbk_trials.standardised(data)
-    np.testing.assert_allclose(scaled["train"][0][:, scaled["train"][0].std(0) > 0].std(0), 1.0, rtol=1e-12)
-    np.testing.assert_allclose(scaled["train"][0].mean(0), 0.0, atol=1e-12)
-    assert np.array_equal(scaled["test"][1], data["test"][1])  # targets untouched
-    best = dbk_trials.backbone("pol", 0, epochs=20, standardise=True, rows=300)
-    assert best["epoch"] in (10, 20) and all(0 < best[k] < 2 for k in ("train", "val", "test"))
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        dbk_trials.main(["pol", "--epochs", "10", "--seeds", "0", "1"])
-    finally:
-        torch.set_num_threads(threads)
-    assert "over 2 seed(s)" in capsys.readouterr().out
