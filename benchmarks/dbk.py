@@ -7,8 +7,9 @@
   with glibc's malloc keeping freed memory (:data:`harness.RETAIN_FREED_MEMORY`).
 * Table 1 on pol and protein with the paper's protocol: a random 70/10/20 split per seed of all
   rows, inputs scaled to [-1, 1] and targets standardised with the training rows' statistics,
-  Adam (lr 1e-3, weight decay 1e-4 on the network only), a 2-block 128-unit tanh ResNet with
-  r = 128, sigma^2 from 1e-2; exact models full batch (evaluated every 100 of at most 10,000
+  trained by ``pyro_sparsegp.fit`` (its early stopping and ``param_groups``): Adam (lr 1e-3,
+  weight decay 1e-4 on the network only), a 2-block 128-unit tanh ResNet with r = 128, sigma^2
+  from 1e-2; exact models full batch (evaluated every 100 of at most 10,000
   iterations, patience 2,000 iterations), SVI models and the SVGP baseline (M = 128 inducing
   inputs, RBF with lengthscales sqrt(D)) in minibatches of 256 (evaluated every 10 of at most
   2,000 epochs, patience 200 epochs); test MAE, RMSE and NLL (standardised targets) at the
@@ -176,7 +177,8 @@ def metrics(mean, var, y):
 
 
 class Trained:
-    """One model of Table 1 being trained: ``step()``, ``evaluate(X)`` -> predictive mean and variance."""
+    """One model of Table 1: built here, trained by :meth:`fit`; ``evaluate(X)`` -> predictive
+    mean and variance."""
 
     def __init__(self, label, data, seed):
         import pyro
@@ -186,7 +188,7 @@ class Trained:
         from pyro_sparsegp.dbk import SVDBK, ExactDBK, ResNet
 
         pyro.clear_param_store()
-        self.label, self.exact = label, label.startswith("DBK")
+        self.label, self.exact, self.seed = label, label.startswith("DBK"), seed
         dtype = torch.float32
         (X, y), D = data["train"], data["train"][0].shape[1]
         self.X, self.y = torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype)
@@ -197,7 +199,6 @@ class Trained:
                 variance = INIT_PRIOR_SD**2 / float((net(self.X) ** 2).sum(-1).mean())
         if self.exact:
             self.model = ExactDBK(net, variance=variance, variance_correction=correction)
-            self.loss = lambda: -self.model.objective(self.X, self.y)
         else:
             if label == "SVGP":
                 Z = harness.inducing_inputs(X, min(NUM_INDUCING, len(X)), seed=seed)
@@ -205,23 +206,26 @@ class Trained:
             else:
                 self.prior = SVDBK(net, variance=variance, variance_correction=correction)
             self.model = GPModel(self.prior, Gaussian(variance=1e-2), num_data=len(X))
-            self.batches = harness.minibatches(len(X), min(BATCH, len(X)), seed=seed)
-            self.loss = lambda: self._minibatch_loss()
-        self.loss()  # creates the parameters in Pyro's param store
-        store = pyro.get_param_store()
-        network = [store.get_param(k).unconstrained() for k in store.keys() if ".net." in k]
-        rest = [store.get_param(k).unconstrained() for k in store.keys() if ".net." not in k]
-        self.opt = torch.optim.Adam([{"params": network, "weight_decay": WEIGHT_DECAY}, {"params": rest}], lr=LR)
-        self.steps_per_round = 1 if self.exact else max(len(X) // BATCH, 1)
+        self.batch_size = min(BATCH, len(X))
+        self.steps_per_round = 1 if self.exact else len(X) // self.batch_size
 
-    def _minibatch_loss(self):
-        idx = next(self.batches)
-        return -self.model.elbo(self.X[idx], self.y[idx])
+    def fit(self, rounds, every, patience, validation):
+        """Train with the product's ``fit``: Adam (lr ``LR``) with weight decay on the network only,
+        ``rounds`` iterations (exact models, full batch) or epochs (SVI, batches of ``BATCH``),
+        ``validation(params)`` every ``every`` rounds, stopping after ``patience`` rounds without
+        improvement and ending at the best evaluation's parameters. Returns the ``FitResult``."""
+        import pyro_sparsegp as psg
 
-    def step(self):
-        self.opt.zero_grad()
-        self.loss().backward()
-        self.opt.step()
+        if patience % every:
+            raise ValueError(f"patience ({patience}) must be a multiple of the evaluation interval ({every})")
+        if self.exact:  # the exact objective (moments accumulated in float64), as loss(model, guide, X, y)
+            length = {"num_steps": rounds, "loss": lambda model, guide, X, y: -self.model.objective(X, y)}
+        else:
+            length = {"num_epochs": rounds, "batch_size": self.batch_size}
+        groups = None if self.label == "SVGP" else [{"params": "*.net.*", "weight_decay": WEIGHT_DECAY}]
+        return psg.fit(self.model.model, self.model.guide, (self.X, self.y), lr=LR, param_groups=groups,
+                       validation=validation, eval_every=every * self.steps_per_round, patience=patience // every,
+                       seed=self.seed, progress=False, **length)
 
     def evaluate(self, X):
         import torch
@@ -243,29 +247,29 @@ def budget(label, opts):
 
 
 def train(label, data, seed, budget, log=None):
-    """Train with early stopping on validation NLL; metrics at the best evaluation. ``log(text)``,
-    when given, receives a line per evaluation."""
+    """Train with early stopping on validation NLL; test metrics at the best evaluation, and the
+    training seconds (evaluations excluded) up to it. ``log(text)``, when given, receives a line
+    per evaluation."""
     max_rounds, every, patience = budget
     trained = Trained(label, data, seed)
-    best, best_round, elapsed = None, 0, 0.0
-    for round_ in range(1, max_rounds + 1):
+    evaluations, best = [], {"val_nll": math.inf, "rounds": None}
+    clock = {"start": time.perf_counter(), "evaluating": 0.0}
+
+    def validation(params):  # Pyro's param store holds the current values
         start = time.perf_counter()
-        for _ in range(trained.steps_per_round):
-            trained.step()
-        elapsed += time.perf_counter() - start
-        if round_ % every and round_ != max_rounds:
-            continue
         val = metrics(*trained.evaluate(data["val"][0]), data["val"][1])["nll"]
-        if best is None or val < best["val_nll"]:
-            best = {"val_nll": val, **metrics(*trained.evaluate(data["test"][0]), data["test"][1]), "train_seconds": elapsed,
-                    "rounds": round_}
-            best_round = round_
+        evaluations.append(start - clock["start"] - clock["evaluating"])
+        rounds = len(evaluations) * every
+        if best["rounds"] is None or val < best["val_nll"]:
+            best.update(val_nll=val, rounds=rounds, train_seconds=evaluations[-1])
         if log is not None:
-            log(f"{label} {round_}/{max_rounds}: validation NLL {val:.4f}, best {best['val_nll']:.4f} at {best_round} "
-                f"(test RMSE {best['rmse']:.4f}), {elapsed:.0f} s")
-        if round_ - best_round >= patience:
-            break
-    return best
+            log(f"{label} {rounds}/{max_rounds}: validation NLL {val:.4f}, best {best['val_nll']:.4f} at "
+                f"{best['rounds']}, {evaluations[-1]:.0f} s")
+        clock["evaluating"] += time.perf_counter() - start
+        return val
+
+    trained.fit(max_rounds, every, patience, validation)  # ends at the best evaluation's parameters
+    return {**best, **metrics(*trained.evaluate(data["test"][0]), data["test"][1])}
 
 
 def cell(name, label, seed, opts, log=None):

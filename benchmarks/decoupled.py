@@ -11,7 +11,7 @@ training rows (the covariance basis at the first M_beta mean points). Timed bloc
 (above 1: faster than GPyTorch).
 
 Accuracy at equal wall-clock time: decoupled (16384, 128) against our SVGP with M = 1024 (both
-Pyro), each trained for the same number of seconds in alternating slices (so that the machine's
+Pyro, trained by ``fit`` one step at a time), each for the same number of seconds in alternating slices (so that the machine's
 load drifts over both alike), then test RMSE and NLPD (original units) on kin40k and protein
 (split 0); and on SARCOS (the ``sarcos_test`` file, a random 90/10 split with seed 0, 7 outputs as
 independent GPs batched in one component with ``num_latent = 7`` and a per-output noise, written as
@@ -86,13 +86,13 @@ def with_beta(runner, M_beta):
 
 class MultiOutputPyro(runners.Runner):
     """L independent outputs: one prior component with ``num_latent = L`` (its own kernel
-    hyperparameters per output) inside a user model ``y_nl ~ N(f_l(x_n), noise_l)``, trained with
-    ``Trace_ELBO`` (one draw of ``f`` per row) and Adam, minibatches through the data plate."""
+    hyperparameters per output) inside a user model ``y_nl ~ N(f_l(x_n), noise_l)``, trained by
+    ``fit`` with ``Trace_ELBO`` (one draw of ``f`` per row), the data plate drawing ``batch_size``
+    rows per step."""
 
-    def __init__(self, X, Y, Z, batches, lr, make_prior, name):
+    def __init__(self, X, Y, Z, batch_size, lr, make_prior, name, seed=0):
         import pyro
         import torch
-        from pyro import poutine
         from torch.distributions import constraints
 
         import pyro_sparsegp as psg
@@ -104,39 +104,31 @@ class MultiOutputPyro(runners.Runner):
         self.gp = make_prior(kernel, torch.as_tensor(Z, dtype=torch.float32), L, name)
         self.noise_name = f"{name}.noise"
         self.noise = lambda: pyro.param(self.noise_name, torch.full((L,), runners.NOISE), constraint=constraints.positive)
-        self.loss = pyro.infer.Trace_ELBO().differentiable_loss
-        self.batches = batches
-        with poutine.trace(param_only=True) as capture:
-            self.loss(self.model, self.guide, torch.arange(2))
-        store = pyro.get_param_store()
-        self.opt = torch.optim.Adam([store.get_param(n).unconstrained() for n in sorted(capture.trace.nodes)], lr=lr)
+        self.fit = harness.FitSteps(psg.fit, self.model, self.guide, (self.X, self.Y), lr=lr, seed=seed,
+                                    subsample_size=batch_size)
 
-    def plate(self, idx):
+    def plate(self, subsample_size):
         import pyro
 
-        return pyro.plate(f"{self.name}.data", len(self.X), subsample=idx)
+        return pyro.plate(f"{self.name}.data", len(self.X), subsample_size=subsample_size)
 
-    def model(self, idx):
+    def model(self, X, Y, subsample_size):
         import pyro
         import pyro.distributions as dist
 
-        data = self.plate(idx)
-        f = self.gp.model(self.X, data)
-        with data:
-            pyro.sample(f"{self.name}.y", dist.Normal(f, self.noise().sqrt()).to_event(1), obs=self.Y[idx])
+        data = self.plate(subsample_size)
+        f = self.gp.model(X, data)
+        with data as idx:
+            pyro.sample(f"{self.name}.y", dist.Normal(f, self.noise().sqrt()).to_event(1), obs=Y[idx])
 
-    def guide(self, idx):
-        self.gp.guide(self.X, self.plate(idx))
+    def guide(self, X, Y, subsample_size):
+        self.gp.guide(X, self.plate(subsample_size))
 
     def step(self):
-        import torch
+        return self.fit.step()
 
-        idx = torch.as_tensor(next(self.batches))
-        self.opt.zero_grad()
-        loss = self.loss(self.model, self.guide, idx)
-        loss.backward()
-        self.opt.step()
-        return float(loss.detach())
+    def close(self):
+        self.fit.close()
 
     def predict(self, X):
         """Predictive means and variances ``(T, L)``."""
@@ -244,10 +236,10 @@ def speed_rows(opts, lr):
         for key, runner, Z in (("gpytorch", runners.GPyTorch, Za[: opts["gpytorch_M"]]),
                                ("decoupled", with_beta(DecoupledPyro, Mb), Za),
                                ("decoupled_numpyro", with_beta(DecoupledNumPyro, Mb), Za)):
-            group[key] = runner(X, y, Z, harness.minibatches(len(X), opts["batch"]), lr)
+            group[key] = runner(X, y, Z, opts["batch"], lr)
         blocks = harness.time_steps({key: r.step for key, r in group.items()}, opts["repeats"], opts["block_seconds"],
                                     opts["warmup"])
-        del group
+        runners.close(group)
         seconds = {key: harness.median(values) for key, values in blocks.items()}
         rows.append({
             "suite": "decoupled", "part": "speed", "dataset": DATASET, "synthetic": problem["synthetic"],
@@ -275,16 +267,14 @@ def accuracy_rows(opts, lr):
         Za = harness.inducing_inputs(X, Ma)
         pyro.clear_param_store()
         group = {}
-        group[f"decoupled ({Ma}, {Mb})"] = with_beta(DecoupledPyro, Mb)(
-            X, y, Za, harness.minibatches(len(X), opts["batch"]), lr)
-        group[f"SVGP M={opts['svgp_M']}"] = runners.OursPyro(
-            X, y, Za[: opts["svgp_M"]], harness.minibatches(len(X), opts["batch"]), lr)
+        group[f"decoupled ({Ma}, {Mb})"] = with_beta(DecoupledPyro, Mb)(X, y, Za, opts["batch"], lr)
+        group[f"SVGP M={opts['svgp_M']}"] = runners.OursPyro(X, y, Za[: opts["svgp_M"]], opts["batch"], lr)
         for model, (steps, seconds) in train_for(group, opts["seconds"], opts["slice_seconds"]).items():
             mean, var = group[model].predict(problem["X_test"])
             rmse, nlpd = metrics(problem["y_test"], scaler.inverse_transform(mean), scaler.inverse_variance(var))
             rows.append({**common, "dataset": name, "synthetic": problem["synthetic"], "model": model,
                          "steps": steps, "seconds": seconds, "rmse": rmse, "nlpd": nlpd})
-        del group
+        runners.close(group)
     rows.extend(sarcos_rows(opts, common, lr))
     return rows
 
@@ -317,8 +307,7 @@ def sarcos_rows(opts, common, lr):
     pyro.clear_param_store()
     models = {f"decoupled ({Ma}, {Mb})": (multi_output_prior("decoupled", Mb), Za),
               f"SVGP M={opts['sarcos_svgp_M']}": (multi_output_prior("svgp"), Za[: opts["sarcos_svgp_M"]])}
-    group = {model: MultiOutputPyro(X, Y, Z, harness.minibatches(len(X), min(opts["batch"], len(X))), lr, make,
-                                    f"sarcos{i}")
+    group = {model: MultiOutputPyro(X, Y, Z, min(opts["batch"], len(X)), lr, make, f"sarcos{i}")
              for i, (model, (make, Z)) in enumerate(models.items())}
     rows = []
     for model, (steps, seconds) in train_for(group, opts["seconds"], opts["slice_seconds"]).items():
@@ -327,4 +316,5 @@ def sarcos_rows(opts, common, lr):
         rows.append({**common, "dataset": "sarcos", "synthetic": False, "model": model, "steps": steps,
                      "seconds": seconds, "nmse": nmse.tolist(), "nmse_mean": float(nmse.mean()),
                      "nmse_text": " ".join(f"{v:.3f}" for v in nmse)})
+    runners.close(group)
     return rows

@@ -6,7 +6,7 @@ likelihood, full Cholesky ``q(u)``, whitened, inducing inputs from the same trai
 four are built on the same problem and timed in the same run, their timed blocks alternating
 (:func:`~benchmarks.harness.time_steps`). Each figure is the median seconds per step over the
 blocks; ratios are GPyTorch's median over the other's (above 1: faster than GPyTorch). The steps
-timed are those of :mod:`benchmarks.runners`.
+timed are those of :mod:`benchmarks.runners` (ours: steps of the product's ``fit``).
 """
 from . import harness, runners
 
@@ -49,7 +49,7 @@ def run(quick):
         blocks = harness.time_steps(
             {key: runner.step for key, runner in group.items()}, opts["repeats"], opts["block_seconds"], opts["warmup"]
         )
-        del group
+        runners.close(group)
         seconds = {key: harness.median(values) for key, values in blocks.items()}
         row = {
             "suite": "peers", "dataset": DATASET, "synthetic": problem["synthetic"], "num_data": len(X),

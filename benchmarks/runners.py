@@ -1,15 +1,15 @@
 """The SVGPs the suites compare, each as a :class:`Runner`: one SVI step on the next minibatch, and
 the predictive distribution of ``y`` at test inputs.
 
-Every runner gets the same data, inducing inputs ``Z`` (rows of the training set), minibatch
-stream, kernel (squared exponential with one lengthscale per input), initial hyperparameters,
-Adam learning rate and dtype (float32), and slices its minibatch in its step the same way:
+Every runner gets the same data, inducing inputs ``Z`` (rows of the training set), minibatches
+(those of ``fit(batch_size=..., seed=...)``: :func:`~benchmarks.harness.minibatches`), kernel
+(squared exponential with one lengthscale per input), initial hyperparameters, Adam learning rate
+and dtype (float32):
 
-* ``ours (Pyro)``: ``GPModel(SVGP(...), Gaussian(), num_data=N)`` with external minibatches,
-  ``Trace_ELBO().differentiable_loss``, ``backward`` and ``torch.optim.Adam`` over the param
-  store's unconstrained parameters, as ``pyro_sparsegp.fit`` steps;
-* ``ours (NumPyro, jit)``: ``numpyro.infer.SVI(...).update`` under ``jax.jit``, gathering the
-  minibatch inside the compiled step, as ``numpyro_sparsegp.fit`` does;
+* ``ours (Pyro)`` and ``ours (NumPyro, jit)``: ``GPModel(SVGP(...), Gaussian(), num_data=N)``
+  trained by the product's own ``fit`` (``pyro_sparsegp.fit``: ``Trace_ELBO`` and
+  ``torch.optim.Adam``; ``numpyro_sparsegp.fit``: one jit-compiled ``SVI.update`` per step, the
+  minibatch gathered inside it), one step at a time (:class:`~benchmarks.harness.FitSteps`);
 * ``GPyTorch``: ``ApproximateGP`` with ``CholeskyVariationalDistribution`` and
   ``VariationalStrategy(learn_inducing_locations=True)``, ``GaussianLikelihood``,
   ``VariationalELBO``, ``ScaleKernel(RBFKernel(ard_num_dims=D))``, zero mean;
@@ -17,6 +17,7 @@ Adam learning rate and dtype (float32), and slices its minibatch in its step the
   ``set_data`` per minibatch (its Gaussian data term is the predictive ``log N(y | mu, var + s2)``,
   not the ELBO's expected log-likelihood).
 
+The peers keep their own training loops (a torch optimiser over the minibatch slices).
 Initial values: lengthscales 1, kernel variance 1, noise variance 0.1; ``q(u)`` at the whitened
 prior ``N(0, I)``.
 """
@@ -32,8 +33,9 @@ class Runner:
         X: training inputs ``(N, D)``, NumPy.
         y: training targets ``(N,)``, NumPy.
         Z: initial inducing inputs ``(M, D)``, NumPy.
-        batches: iterator of row-index arrays ``(B,)``.
+        batch_size: rows per step.
         lr: Adam learning rate.
+        seed: seeds the minibatch order (and ``fit``'s RNG).
     """
 
     name = None  # for tables
@@ -47,6 +49,15 @@ class Runner:
         """Predictive mean and variance of ``y`` at ``X`` ``(T, D)``: two NumPy float64 ``(T,)``."""
         raise NotImplementedError
 
+    def close(self):
+        """Stop training (ours: end the ``fit`` running in its worker thread)."""
+
+
+def close(group):
+    """Close every runner of ``{key: runner}``."""
+    for runner in group.values():
+        runner.close()
+
 
 class OursPyro(Runner):
     name = "ours (Pyro)"
@@ -54,35 +65,27 @@ class OursPyro(Runner):
     # Not the default name "likelihood": pyro.contrib.gp's Gaussian has that name in the same param store.
     likelihood_name = "ours_likelihood"
 
-    def __init__(self, X, y, Z, batches, lr):
-        import pyro
+    def __init__(self, X, y, Z, batch_size, lr, seed=0):
         import torch
-        from pyro import poutine
 
         import pyro_sparsegp as psg
 
-        self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-        kernel = psg.RBF(lengthscale=torch.full((X.shape[1],), LENGTHSCALE), variance=VARIANCE)
-        prior = self.prior(kernel, torch.as_tensor(Z, dtype=torch.float32))
-        likelihood = psg.Gaussian(variance=NOISE, name=self.likelihood_name)
-        self.gp = psg.GPModel(prior, likelihood, num_data=len(X))
-        self.loss = pyro.infer.Trace_ELBO().differentiable_loss
-        self.batches = batches
-        with poutine.trace(param_only=True) as capture:  # create the parameters, as fit does
-            self.loss(self.gp.model, self.gp.guide, self.X[:2], self.y[:2])
-        store = pyro.get_param_store()
-        params = [store.get_param(name).unconstrained() for name in sorted(capture.trace.nodes)]
-        self.opt = torch.optim.Adam(params, lr=lr)
+        from .harness import FitSteps
 
-    def step(self):
+        self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
+        self.gp, loss = self.build(None if Z is None else torch.as_tensor(Z, dtype=torch.float32))
+        self.fit = FitSteps(psg.fit, self.gp.model, self.gp.guide, (self.X, self.y), batch_size=batch_size, lr=lr,
+                            seed=seed, loss=loss)
+
+    def build(self, Z):
+        """The model trained and its loss (None: ``fit``'s default, ``Trace_ELBO``)."""
         import torch
 
-        idx = torch.as_tensor(next(self.batches))
-        self.opt.zero_grad()
-        loss = self.loss(self.gp.model, self.gp.guide, self.X[idx], self.y[idx])
-        loss.backward()
-        self.opt.step()
-        return float(loss.detach())
+        import pyro_sparsegp as psg
+
+        kernel = psg.RBF(lengthscale=torch.full((self.X.shape[1],), LENGTHSCALE), variance=VARIANCE)
+        likelihood = psg.Gaussian(variance=NOISE, name=self.likelihood_name)
+        return psg.GPModel(self.prior(kernel, Z), likelihood, num_data=len(self.X)), None
 
     def prior(self, kernel, Z):
         """The GP prior component trained (the suites swap in other priors)."""
@@ -90,10 +93,16 @@ class OursPyro(Runner):
 
         return psg.SVGP(kernel, Z)
 
+    def step(self):
+        return self.fit.step()
+
+    def close(self):
+        self.fit.close()
+
     def predict(self, X):
         import torch
 
-        with torch.no_grad():
+        with torch.no_grad():  # the trained values are in Pyro's param store
             mean, var = self.gp.predict_f(torch.as_tensor(X, dtype=torch.float32))
             var = var + self.gp.likelihood.variance
         return mean.double().numpy(), var.double().numpy()
@@ -103,26 +112,18 @@ class OursNumPyro(Runner):
     name = "ours (NumPyro, jit)"
     key = "ours_numpyro"
 
-    def __init__(self, X, y, Z, batches, lr):
-        import jax
+    def __init__(self, X, y, Z, batch_size, lr, seed=0):
         import jax.numpy as jnp
-        import numpyro
-        from numpyro.infer import SVI, Trace_ELBO
 
         import numpyro_sparsegp as nsg
 
-        self.data = (jnp.asarray(X, dtype=jnp.float32), jnp.asarray(y, dtype=jnp.float32))
+        from .harness import FitSteps
+
+        data = (jnp.asarray(X, dtype=jnp.float32), jnp.asarray(y, dtype=jnp.float32))
         kernel = nsg.RBF(lengthscale=jnp.full((X.shape[1],), LENGTHSCALE, dtype=jnp.float32), variance=VARIANCE)
         prior = self.prior(kernel, jnp.asarray(Z, dtype=jnp.float32))
         self.gp = nsg.GPModel(prior, nsg.Gaussian(variance=NOISE), num_data=len(X))
-        self.svi = SVI(self.gp.model, self.gp.guide, numpyro.optim.Adam(lr), Trace_ELBO())
-        self.batches = batches
-        self.state = self.svi.init(jax.random.PRNGKey(0), *(a[:2] for a in self.data))
-        self.update = jax.jit(lambda state, data, idx: self.svi.update(state, *(a[idx] for a in data)))
-
-    def step(self):
-        self.state, loss = self.update(self.state, self.data, next(self.batches))
-        return float(loss)
+        self.fit = FitSteps(nsg.fit, self.gp.model, self.gp.guide, data, batch_size=batch_size, lr=lr, seed=seed)
 
     def prior(self, kernel, Z):
         """The GP prior component trained (the suites swap in other priors)."""
@@ -130,12 +131,17 @@ class OursNumPyro(Runner):
 
         return nsg.SVGP(kernel, Z)
 
+    def step(self):
+        return self.fit.step()
+
+    def close(self):
+        self.fit.close()
+
     def predict(self, X):
         import jax.numpy as jnp
-        from numpyro import handlers
 
-        params = self.svi.get_params(self.state)
-        mean, var = handlers.substitute(self.gp.predict_f, data=params)(jnp.asarray(X, dtype=jnp.float32))
+        params = self.fit.params  # the values of the step taken last
+        mean, var = self.gp.predict_f(jnp.asarray(X, dtype=jnp.float32), params=params)
         var = var + params["likelihood.variance"]
         return np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64)
 
@@ -144,9 +150,11 @@ class GPyTorch(Runner):
     name = "GPyTorch"
     key = "gpytorch"
 
-    def __init__(self, X, y, Z, batches, lr):
+    def __init__(self, X, y, Z, batch_size, lr, seed=0):
         import gpytorch
         import torch
+
+        from .harness import minibatches
 
         class SVGPModel(gpytorch.models.ApproximateGP):
             def __init__(self, Z):
@@ -168,7 +176,7 @@ class GPyTorch(Runner):
         self.mll = gpytorch.mlls.VariationalELBO(self.likelihood, self.model, num_data=len(X))
         params = list(self.model.parameters()) + list(self.likelihood.parameters())
         self.opt = torch.optim.Adam(params, lr=lr)
-        self.batches = batches
+        self.batches = minibatches(len(X), batch_size, seed)
         self.model.train()
         self.likelihood.train()
 
@@ -200,10 +208,12 @@ class ContribGP(Runner):
     name = "pyro.contrib.gp"
     key = "contrib_gp"
 
-    def __init__(self, X, y, Z, batches, lr):
+    def __init__(self, X, y, Z, batch_size, lr, seed=0):
         import pyro
         import pyro.contrib.gp as gp
         import torch
+
+        from .harness import minibatches
 
         self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
         kernel = gp.kernels.RBF(
@@ -216,7 +226,7 @@ class ContribGP(Runner):
         )
         self.loss = pyro.infer.TraceMeanField_ELBO().differentiable_loss
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
-        self.batches = batches
+        self.batches = minibatches(len(X), batch_size, seed)
 
     def step(self):
         import torch
@@ -248,12 +258,9 @@ def build(keys, X, y, Z, batch_size, lr=0.01, seed=0):
     share it without clashing names, and clearing it later would detach their parameters.
 
     Returns:
-        ``{key: runner}``; each runner draws its own stream of the same minibatches
-        (:func:`~benchmarks.harness.minibatches` with ``seed``).
+        ``{key: runner}``; all draw the same minibatches (those of ``fit`` with ``seed``).
     """
     import pyro
 
-    from .harness import minibatches
-
     pyro.clear_param_store()
-    return {key: RUNNERS[key](X, y, Z, minibatches(len(X), batch_size, seed), lr) for key in keys}
+    return {key: RUNNERS[key](X, y, Z, batch_size, lr, seed) for key in keys}

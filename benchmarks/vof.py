@@ -5,7 +5,7 @@
   absent) for M in 256, 1024, 4096: Hermite features with diagonal and dense ``S`` (closed-form
   ``Kuf``, ``GPModel`` with ``Trace_ELBO``), Fourier features with diagonal ``S`` (Monte Carlo,
   collapsed loss, T = 50), beside our SVGP and GPyTorch's SVGP on M inducing points. The ratio is
-  GPyTorch's median over the Hermite-diagonal one.
+  GPyTorch's median over the Hermite-diagonal one. Ours are steps of the product's ``fit``.
 * ``fig3``: the paper's Fig. 3 analogue: ELBO against M for Hermite and Fourier features with
   dense and diagonal ``S``, 1000 inputs from N(0, 3^2), U[-sqrt(108), sqrt(108)] or a Gaussian
   mixture, targets from a GP (SE, variance 0.5, lengthscale 0.5) plus noise of sd 0.01, beside the
@@ -18,8 +18,8 @@
   with ``--quick``).
 * ``flights``: 1M rows of flights_3m (fixed seed; delay against hour of day and day of year,
   standardised; 10% held out), trained for the same wall-clock time each: Hermite features
-  (diagonal ``S``, M = 1024 and 4096) and our SVGP with M = 1024 (Pyro, float32, Adam, batch
-  1024); test RMSE and NLPD in minutes.
+  (diagonal ``S``, M = 1024 and 4096) and our SVGP with M = 1024 (Pyro's ``fit``, float32, Adam,
+  batch 1024); test RMSE and NLPD in minutes.
 """
 import math
 import time
@@ -75,50 +75,43 @@ class HermitePyro(runners.OursPyro):
 
     key = "hermite"
 
-    def __init__(self, X, y, M, batches, lr, diagonal=True):
-        import pyro
+    def __init__(self, X, y, M, batch_size, lr, diagonal=True):
+        self.M, self.diagonal = M, diagonal
+        super().__init__(X, y, None, batch_size, lr)
+
+    def build(self, Z):
         import torch
-        from pyro import poutine
 
         import pyro_sparsegp as psg
         from pyro_sparsegp.vof import HermiteFeatures
 
-        self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-        kernel = psg.RBF(lengthscale=torch.full((X.shape[1],), runners.LENGTHSCALE), variance=runners.VARIANCE)
-        features = HermiteFeatures(M, torch.ones(X.shape[1], dtype=torch.float32), kernel=kernel)
-        name = f"hermite_{'diag' if diagonal else 'dense'}_{M}"
-        prior = psg.SVGP(kernel, features, diagonal=diagonal, name=name)
-        self.gp = psg.GPModel(prior, psg.Gaussian(variance=runners.NOISE, name=f"{name}_likelihood"), num_data=len(X))
-        self.loss = pyro.infer.Trace_ELBO().differentiable_loss
-        self.batches = batches
-        with poutine.trace(param_only=True) as capture:
-            self.loss(self.gp.model, self.gp.guide, self.X[:2], self.y[:2])
-        store = pyro.get_param_store()
-        self.opt = torch.optim.Adam([store.get_param(n).unconstrained() for n in sorted(capture.trace.nodes)], lr=lr)
+        D = self.X.shape[1]
+        kernel = psg.RBF(lengthscale=torch.full((D,), runners.LENGTHSCALE), variance=runners.VARIANCE)
+        features = HermiteFeatures(self.M, torch.ones(D, dtype=torch.float32), kernel=kernel)
+        name = f"hermite_{'diag' if self.diagonal else 'dense'}_{self.M}"
+        prior = psg.SVGP(kernel, features, diagonal=self.diagonal, name=name)
+        likelihood = psg.Gaussian(variance=runners.NOISE, name=f"{name}_likelihood")
+        return psg.GPModel(prior, likelihood, num_data=len(self.X)), None
 
 
 class FourierPyro(HermitePyro):
     """Fourier features (Monte Carlo, T = 50 per set, diagonal ``S``) with the collapsed loss."""
 
-    def __init__(self, X, y, M, batches, lr):
-        import pyro
+    def __init__(self, X, y, M, batch_size, lr):
+        super().__init__(X, y, M, batch_size, lr, diagonal=True)
+
+    def build(self, Z):
         import torch
-        from pyro import poutine
 
         import pyro_sparsegp as psg
         from pyro_sparsegp.vof import CollapsedELBO, FourierFeatures, VOFModel
 
-        self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-        kernel = psg.RBF(lengthscale=torch.full((X.shape[1],), runners.LENGTHSCALE), variance=runners.VARIANCE)
-        features = FourierFeatures(M, torch.full((X.shape[1],), 4.0), num_quadrature=64)
-        prior = psg.SVGP(kernel, features, diagonal=True, name=f"fourier_{M}")
-        self.gp = VOFModel(prior, psg.Gaussian(variance=runners.NOISE, name=f"fourier_{M}_likelihood"), num_data=len(X))
-        self.loss = CollapsedELBO()
-        self.batches = batches
-        with poutine.trace(param_only=True) as capture:
-            self.loss(self.gp.model, self.gp.guide, self.X[:2], self.y[:2])
-        store = pyro.get_param_store()
-        self.opt = torch.optim.Adam([store.get_param(n).unconstrained() for n in sorted(capture.trace.nodes)], lr=lr)
+        D = self.X.shape[1]
+        kernel = psg.RBF(lengthscale=torch.full((D,), runners.LENGTHSCALE), variance=runners.VARIANCE)
+        features = FourierFeatures(self.M, torch.full((D,), 4.0), num_quadrature=64)
+        prior = psg.SVGP(kernel, features, diagonal=True, name=f"fourier_{self.M}")
+        likelihood = psg.Gaussian(variance=runners.NOISE, name=f"fourier_{self.M}_likelihood")
+        return VOFModel(prior, likelihood, num_data=len(self.X)), CollapsedELBO()
 
 
 def run_speed(opts):
@@ -128,13 +121,12 @@ def run_speed(opts):
     for M in opts["speed_M"]:
         Z = harness.inducing_inputs(X, M)
         group = runners.build(("ours_pyro", "gpytorch"), X, y, Z, 1024)
-        stream = lambda: harness.minibatches(len(X), 1024)
-        group["hermite_diag"] = HermitePyro(X, y, M, stream(), 0.01, diagonal=True)
-        group["hermite_dense"] = HermitePyro(X, y, M, stream(), 0.01, diagonal=False)
-        group["fourier_diag"] = FourierPyro(X, y, M, stream(), 0.01)
+        group["hermite_diag"] = HermitePyro(X, y, M, 1024, 0.01, diagonal=True)
+        group["hermite_dense"] = HermitePyro(X, y, M, 1024, 0.01, diagonal=False)
+        group["fourier_diag"] = FourierPyro(X, y, M, 1024, 0.01)
         blocks = harness.time_steps({k: r.step for k, r in group.items()}, opts["repeats"], opts["block_seconds"],
                                     opts["warmup"])
-        del group
+        runners.close(group)
         s = {k: harness.median(v) for k, v in blocks.items()}
         rows.append({
             "suite": "vof", "part": "speed", "dataset": "flights 2-D", "synthetic": synthetic, "M": M, "batch": 1024,
@@ -309,7 +301,7 @@ def run_flights(opts):
     X, y, synthetic = flights_2d(opts["flights_rows"])
     Xtr, ytr, Xte, yte, ys = standardised_split(X, y)
     Xte, yte = Xte[:100_000], yte[:100_000]
-    candidates = {f"hermite_diag_M{M}": (lambda M=M: HermitePyro(Xtr, ytr, M, harness.minibatches(len(Xtr), 1024), 0.01))
+    candidates = {f"hermite_diag_M{M}": (lambda M=M: HermitePyro(Xtr, ytr, M, 1024, 0.01))
                   for M in opts["flights_M"]}
     M = opts["svgp_M"]
     candidates[f"svgp_M{M}"] = lambda: runners.build(("ours_pyro",), Xtr, ytr, harness.inducing_inputs(Xtr, M), 1024)["ours_pyro"]
@@ -318,6 +310,7 @@ def run_flights(opts):
         runner = make()
         steps, seconds = train_for(runner, opts["flights_seconds"])
         mean, var = runner.predict(Xte)
+        runner.close()
         mean, var = ys.inverse_transform(mean), ys.inverse_variance(var)
         rows.append({
             "suite": "vof", "part": "flights", "dataset": "flights_3m", "synthetic": synthetic, "method": name,
