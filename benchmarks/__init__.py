@@ -2,5 +2,6 @@
 
 Each suite is a module with ``run(quick) -> list[dict]`` (one dict per table row), ``COLUMNS``
 (``[(header, key, format), ...]``) and ``title(rows)``; :mod:`benchmarks.__main__` registers them
-and :mod:`benchmarks.harness` holds what they share. Results: ``benchmarks/RESULTS.md``.
+and :mod:`benchmarks.harness` holds what they share. Results: ``benchmarks/RESULTS.md`` (tables
+with their commands); what they show: ``docs/benchmark_notes.md``.
 """
