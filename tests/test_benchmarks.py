@@ -119,6 +119,41 @@ def test_train_for_gives_each_runner_the_budget():
     assert result["fast"][0] > 2.5 * result["slow"][0] > 0
 
 
+def test_fit_steps_are_the_steps_of_fit(backend):
+    """``FitSteps`` (how the suites time and slice our training) runs exactly ``fit``'s steps."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (40, 1))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=40)
+
+    def setup():
+        backend.reset()
+        model = backend.lib.GPModel(backend.svgp(X[:5].copy()), backend.lib.Gaussian(), num_data=40)
+        return model, (backend.array(X), backend.array(y)), {"batch_size": 10, "lr": 0.05, "seed": 3}
+
+    model, data, options = setup()
+    expected = backend.lib.fit(model.model, model.guide, data, num_steps=6, progress=False, **options)
+    model, data, options = setup()
+    steps = harness.FitSteps(backend.lib.fit, model.model, model.guide, data, **options)
+    losses = [steps.step() for _ in range(6)]
+    np.testing.assert_allclose(losses, expected.losses, rtol=1e-12)
+    params = steps.params
+    for name, value in expected.params.items():
+        np.testing.assert_allclose(backend.numpy(params[name]), backend.numpy(value), rtol=1e-10)
+    result = steps.close()
+    assert result.stopped_early and len(result.losses) == 6 and steps.close() is result
+    with pytest.raises(RuntimeError, match="ended"):
+        steps.step()
+
+    failing = harness.FitSteps(backend.lib.fit, model.model, model.guide, data, batch_size=0)
+    with pytest.raises(RuntimeError, match="fit failed") as error:
+        failing.step()
+    assert "batch_size" in str(error.value.__cause__)
+    with pytest.raises(ValueError, match="callbacks"):
+        harness.FitSteps(backend.lib.fit, model.model, model.guide, data, callbacks=[print])
+
+
 def test_median_and_table():
     assert harness.median([3.0, 1.0, 2.0]) == 2.0
     assert harness.median([4.0, 1.0, 2.0, 3.0]) == 2.5
