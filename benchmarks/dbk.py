@@ -216,8 +216,9 @@ class Trained:
         improvement and ending at the best evaluation's parameters. Returns the ``FitResult``."""
         import pyro_sparsegp as psg
 
-        if patience % every:
-            raise ValueError(f"patience ({patience}) must be a multiple of the evaluation interval ({every})")
+        if patience % every or rounds % every:
+            raise ValueError(f"patience ({patience}) and rounds ({rounds}) must be multiples of the evaluation "
+                             f"interval ({every}): fit evaluates every {every} rounds only")
         if self.exact:  # the exact objective (moments accumulated in float64), as loss(model, guide, X, y)
             length = {"num_steps": rounds, "loss": lambda model, guide, X, y: -self.model.objective(X, y)}
         else:
