@@ -203,6 +203,16 @@ class FitSteps:
         state.stop = self._closing
 
 
+def traced_params(fn, *args):
+    """Run ``fn(*args)``; the Pyro parameters it read, ``{name: unconstrained tensor}`` sorted by
+    name (library modules hold their own values, outside Pyro's param store)."""
+    from pyro import poutine
+
+    with poutine.trace(param_only=True) as capture:
+        fn(*args)
+    return {n: capture.trace.nodes[n]["value"].unconstrained() for n in sorted(capture.trace.nodes)}
+
+
 def data_dir():
     """The data directory: ``$SPARSEGP_DATA`` or ``<repo>/../shared/data``."""
     return Path(os.environ.get("SPARSEGP_DATA") or REPO.parent / "shared" / "data")

@@ -230,10 +230,8 @@ def vof_bound(X, y, M, features, diagonal, iters):
             K = psg.Kuf(gp.features, gp.kernel, Xt)
             return optimal_q_bound(K, yt, lik.variance, gp.kernel.K_diag(Xt), diagonal)
 
-    with pyro.poutine.trace(param_only=True) as capture:  # q(u) is at its optimum: not a parameter here
-        objective()
-    store = pyro.get_param_store()
-    return lbfgs([store.get_param(n).unconstrained() for n in sorted(capture.trace.nodes)], objective, iters)
+    params = harness.traced_params(objective)  # q(u) is at its optimum: not a parameter here
+    return lbfgs(list(params.values()), objective, iters)
 
 
 def run_fig3(opts):

@@ -11,8 +11,8 @@ from sparsegp_common import dbk as common
 from sparsegp_common.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
 from . import checks, predict
-from .params import Parameterized, adapt
 from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)
+from .params import Parameterized, adapt, module_local
 
 __all__ = common.NAMES
 
@@ -56,7 +56,7 @@ class _DeepBasis(common._DeepBasis, Parameterized):
         for module in net.modules():
             for name, weight in list(module.named_parameters(recurse=False)):
                 setattr(module, name, PyroParam(weight.detach().clone()))
-        return net
+        return module_local(net)  # the weights, like every parameter, stay out of the global store
 
     @staticmethod
     def _net_like(net):

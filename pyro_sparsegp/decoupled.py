@@ -1,5 +1,4 @@
 """Decoupled mean and covariance bases (see :mod:`sparsegp_common.decoupled`), as Pyro modules."""
-import pyro
 import torch
 
 from sparsegp_common import decoupled as core
@@ -14,9 +13,8 @@ class DecoupledGP(core.DecoupledGP, GPPrior):
     def add_basis(self, X, num_new, params=None):
         with torch.no_grad():
             new = super().add_basis(X, num_new, params)
-            if params is None:
-                store = pyro.get_param_store()
+            if params is None:  # in place: an optimiser holding the parameters keeps its state
                 for name, value in new.items():
-                    store.get_param(name).unconstrained().copy_(value)
+                    setattr(self, name[len(self.name) + 1:], value)
         return new
 

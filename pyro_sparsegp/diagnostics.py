@@ -70,5 +70,5 @@ def _dims(name, site):
 
 to_inference_data = make_to_inference_data(
     _draw, (GPModel, CoxProcess), __name__, ppl="Pyro", package="pyro_sparsegp",
-    seed=" (the global RNG is left as it was)", without="the param store is used",
+    seed=" (the global RNG is left as it was)", without="the current values are used",
 )

@@ -1,12 +1,12 @@
-"""Parameter handling: ``Parameterized`` modules whose parameters live in Pyro's param store.
+"""Parameter handling: ``Parameterized`` modules that own their parameters.
 
 Every library object with learnable quantities is a :class:`pyro.nn.PyroModule`; its parameters
 are named ``<module name>.<attribute>`` (for instance ``gp.kernel.lengthscale``), exactly like
-the parameter sites of the NumPyro backend. The classes of the core (``sparsegp_common``) become
-Pyro modules by :func:`adapt`.
+the parameter sites of the NumPyro backend. Their values live in the module, never in Pyro's
+global param store (see :class:`ModuleLocal`). The classes of the core (``sparsegp_common``)
+become Pyro modules by :func:`adapt`.
 """
 import functools
-import warnings
 
 import pyro
 import pyro.distributions
@@ -21,21 +21,40 @@ from .sites import active  # noqa: F401  (importable from here, as before)
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": constraints.lower_cholesky}
 
 
-class Parameterized(_adapt.Adapted, PyroModule):
-    """A :class:`~pyro.nn.PyroModule` with a helper to declare constrained parameters."""
+class ModuleLocal:
+    """A :class:`~pyro.nn.PyroModule` mixin: its ``PyroParam`` reads take Pyro's
+    ``module_local_params`` path whatever the user's global setting. Each read is still a ``param``
+    message, so ``poutine.trace``/``substitute``, SVI (which optimises ``value.unconstrained()``)
+    and autoguides see it, but the value is the module's own: the global param store neither
+    holds it nor overrides it, so two modules with the same name keep their own values."""
+
+    def __getattr__(self, name):
+        if name in self.__dict__.get("_pyro_params", ()) and self._pyro_context.active:
+            with pyro.settings.context(module_local_params=True):  # only for this read
+                return super().__getattr__(name)
+        return super().__getattr__(name)
+
+
+def module_local(module):
+    """Give every submodule of a PyroModule (a network converted by ``to_pyro_module_``) the
+    reads of :class:`ModuleLocal`, in place."""
+    for m in module.modules():
+        if not isinstance(m, ModuleLocal):
+            m.__class__ = _local_class(type(m))
+    return module
+
+
+@functools.cache
+def _local_class(cls):
+    return type(cls.__name__, (ModuleLocal, cls), {})
+
+
+class Parameterized(_adapt.Adapted, ModuleLocal, PyroModule):
+    """A :class:`~pyro.nn.PyroModule` that owns its parameters (:class:`ModuleLocal`), with a
+    helper to declare constrained parameters."""
 
     _adapted = {}  # core class -> Pyro class, filled by adapt()
     _checks, _sites, _dist = checks, sites, pyro.distributions
-
-    def __init__(self, name=""):
-        super().__init__(name)
-        if name and any(key.startswith(name + ".") for key in pyro.get_param_store().keys()):
-            warnings.warn(
-                f"Pyro's param store already holds parameters named '{name}.*' (from an earlier "
-                f"model?); they will replace this new module's values. Call "
-                "pyro.clear_param_store() first, or give the module another name.",
-                stacklevel=3,
-            )
 
     def _param(self, name, value, constraint=constraints.real):
         setattr(self, name, PyroParam(value, constraint=CONSTRAINTS[constraint] if isinstance(constraint, str) else constraint))

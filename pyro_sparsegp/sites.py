@@ -21,7 +21,7 @@ def inside(name):
 
 @contextlib.contextmanager
 def active(*modules):
-    """Register the modules' parameters with the param store while inside, as ``pyro_method`` does."""
+    """The modules' parameter reads are ``param`` messages while inside, as in ``pyro_method``."""
     with contextlib.ExitStack() as stack:
         for module in modules:
             stack.enter_context(module._pyro_context)

@@ -4,6 +4,7 @@ import os
 import pyro
 import torch
 from pyro import poutine
+from torch.distributions import transform_to
 
 from sparsegp_common.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
@@ -11,14 +12,15 @@ __all__ = ["FitResult", "FitState", "fit"]
 
 
 class _Trainer(Trainer):
-    """Parameters in Pyro's param store, a torch optimiser over them (one group per
-    ``param_groups`` entry) and a learning-rate schedule."""
+    """The parameters the loss reads (library modules' own and the param store's alike), a torch
+    optimiser over them (one group per ``param_groups`` entry) and a learning-rate schedule."""
 
     def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
         self.model, self.guide, self.data, self.plan, self.kwargs = model, guide, tuple(data), plan, kwargs
         self.loss_fn = _loss_fn(loss)
         pyro.set_rng_seed(seed)
-        self.names, self.values = _capture_params(self.loss_fn, model, guide, _batch(self.data, plan, 0), kwargs)
+        self.names, self.values, self.constraints = _capture_params(self.loss_fn, model, guide, _batch(self.data, plan, 0),
+                                                                    kwargs)
         by_name = dict(zip(self.names, self.values))
         groups = [{"params": [by_name[n] for n in group], "lr": group_lr, **options}
                   for group, group_lr, options in split_param_groups(self.names, param_groups, lr)]
@@ -35,8 +37,8 @@ class _Trainer(Trainer):
         return value.detach()
 
     def params(self):
-        store = pyro.get_param_store()
-        return {name: store[name].detach().clone() for name in self.names}
+        with torch.no_grad():
+            return {name: transform_to(c)(p).clone() for name, p, c in zip(self.names, self.values, self.constraints)}
 
     def snapshot(self):
         return [p.detach().clone() for p in self.values]
@@ -85,14 +87,16 @@ def _batch(data, plan, step):
 
 
 def _capture_params(loss_fn, model, guide, batch, kwargs):
-    """Run the loss once to create and collect the unconstrained parameters it uses."""
+    """Run the loss once to create and collect the parameters it uses: names, unconstrained
+    tensors and constraints. Each traced value links to its unconstrained tensor, wherever it is
+    held (a library module, the param store), as SVI finds them."""
     with poutine.trace(param_only=True) as capture:
         loss_fn(model, guide, *batch, **kwargs)
     names = sorted(capture.trace.nodes)
     if not names:
         raise ValueError("the model and guide have no parameters to fit")
-    store = pyro.get_param_store()
-    return names, [store.get_param(name).unconstrained() for name in names]
+    sites = [capture.trace.nodes[name] for name in names]
+    return names, [s["value"].unconstrained() for s in sites], [s["kwargs"]["constraint"] for s in sites]
 
 
 def _save(path, step, names, params, opt, schedule, losses, tracker, best):

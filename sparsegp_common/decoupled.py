@@ -129,8 +129,8 @@ class DecoupledGP(GPPrior):
             X: inputs ``(B, D)`` with ``B >= num_new`` (e.g. the current minibatch).
             num_new: number of new points per basis.
             params: ``{name: value}`` holding the current values (e.g. ``svi.get_params`` or
-                ``FitResult.params``) to grow. None: the current values, and in Pyro the param
-                store is updated in place (so an optimiser, e.g. inside a ``fit`` callback, keeps
+                ``FitResult.params``) to grow. None: the current values, and in Pyro the module is
+                updated in place (so an optimiser, e.g. inside a ``fit`` callback, keeps
                 its state); NumPyro has no store, so None reads the initial values.
 
         Returns:

@@ -3,7 +3,7 @@ observed-value moments and quantiles through a likelihood, and joint posterior d
 with bounded memory.
 
 ``params`` (e.g. ``FitResult.params``) substitutes parameter values; without it the trained
-values that ``fit`` leaves are used (Pyro's param store; NumPyro's ``fit`` writes them back into
+values that ``fit`` leaves are used (Pyro's modules hold them; NumPyro's ``fit`` writes them back into
 the objects). Pyro evaluates without an autograd graph; NumPyro runs each batch in one compiled
 program (the last batch padded to the same shape), compiled once per prior (and likelihood)
 object, option and batch shape, with the parameter values as arguments, so later calls reuse it.

@@ -251,7 +251,7 @@ FIT_DOC = """Train ``model``/``guide`` by SVI{how}.
         the optimiser (Pyro) or the final ``SVIState`` (NumPyro).
 
     After ``fit`` the trained values are where predictions read them, in both backends: Pyro's
-    param store, and in NumPyro the library objects (kernels, priors, likelihoods, ...) whose
+    library modules (which own their parameters), and in NumPyro the library objects (kernels, priors, likelihoods, ...) whose
     parameters the model and guide read, whichever way they reach them (bound methods, closures,
     globals): every object whose ``bind()`` runs during ``SVI.init`` gets the values of its sites
     ``<name>.<attribute>``. So ``predict_f(prior, X)`` after ``fit`` uses the trained values

@@ -60,7 +60,7 @@ class PyroBackend(Backend):
         return float(elbo_cls(num_particles=num_particles).loss(model, guide, *args, **kwargs))
 
     def predict(self, model, X, params):
-        """Predictive moments with trained ``params`` (the param store already holds them)."""
+        """Predictive moments with trained ``params`` (the modules already hold them)."""
         return tuple(self.numpy(a).astype(float) for a in model.predict_f(X))
 
     def losses(self, model, guide, *args, replicates, mean_field=False, **kwargs):
@@ -92,7 +92,9 @@ class PyroBackend(Backend):
         elbo = pyro.infer.TraceMeanField_ELBO() if mean_field else pyro.infer.Trace_ELBO()
         svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": lr}), elbo)
         losses = [svi.step(*args, **(kwargs or {})) for _ in range(steps)]
-        return losses, {k: self.numpy(v) for k, v in pyro.get_param_store().items()}
+        with pyro.poutine.trace(param_only=True) as params:  # the modules' own and the store's
+            svi.evaluate_loss(*args, **(kwargs or {}))
+        return losses, {k: self.numpy(site["value"]) for k, site in params.trace.nodes.items()}
 
 
 class NumPyroBackend(Backend):

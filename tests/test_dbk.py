@@ -166,12 +166,10 @@ def objective_gradient(backend, model, X, y, name, value):
         import pyro
         import torch
 
-        store = pyro.get_param_store()
-        model.objective(backend.array(X), backend.array(y))
-        store[name] = torch.tensor(value, dtype=torch.float64)
-        model.objective(backend.array(X), backend.array(y))  # the module adopts the store's new tensor
-        log_value = store.get_param(name).unconstrained()  # value = exp(log_value)
-        objective = model.objective(backend.array(X), backend.array(y))
+        setattr(model, name.split(".", 1)[1], torch.tensor(value, dtype=torch.float64))
+        with pyro.poutine.trace(param_only=True) as tr:
+            objective = model.objective(backend.array(X), backend.array(y))
+        log_value = tr.trace.nodes[name]["value"].unconstrained()  # value = exp(log_value)
         return float(torch.autograd.grad(objective, log_value)[0]) / value
     import jax
     from numpyro import handlers

@@ -465,7 +465,7 @@ def elbo_and_grads(backend, model, X, y, replicates=None):
             with pyro.poutine.trace(param_only=True) as tr, active(model.prior, model.likelihood):
                 value = target.elbo(X, y)
             names = sorted(tr.trace.nodes)
-            grads = torch.autograd.grad(value, [pyro.get_param_store().get_param(n).unconstrained() for n in names])
+            grads = torch.autograd.grad(value, [tr.trace.nodes[n]["value"].unconstrained() for n in names])
             return float(value.detach()), np.concatenate([numpy(g).ravel() for g in grads])
 
         if exact:
