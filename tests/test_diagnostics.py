@@ -9,13 +9,18 @@ N, M, NOISE = 80, 8, 0.1
 
 
 @pytest.fixture
-def fitted(backend):
+def unfitted(backend):
     rng = np.random.default_rng(2)
     X = rng.uniform(-2, 2, (N, 1))
     y = np.sin(2 * X[:, 0]) + np.sqrt(NOISE) * rng.standard_normal(N)
     gp = backend.svgp(X[:M].copy())
     model = backend.lib.GPModel(gp, backend.set(backend.lib.Gaussian(), variance=NOISE))
-    X, y = backend.array(X), backend.array(y)
+    return model, backend.array(X), backend.array(y)
+
+
+@pytest.fixture
+def fitted(backend, unfitted):
+    model, X, y = unfitted
     result = backend.lib.fit(model.model, model.guide, (X, y), num_steps=200, lr=0.05, progress=False)
     return model, X, y, result
 
@@ -64,8 +69,9 @@ def test_user_model_export(backend, fitted):
     np.testing.assert_array_equal(again.posterior["gp.f"].values, idata.posterior["gp.f"].values)
 
 
-def test_export_arguments(backend, fitted):
-    model, X, y, result = fitted
+def test_export_arguments(backend, unfitted):
+    """The arguments are checked before anything is drawn: no fit needed."""
+    model, X, y = unfitted
     export = backend.lib.to_inference_data
     with pytest.raises(ValueError, match="guide=None"):
         export(model, model.guide, (X, y))
