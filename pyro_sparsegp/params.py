@@ -56,6 +56,9 @@ class Parameterized(_adapt.Adapted, ModuleLocal, PyroModule):
     _adapted = {}  # core class -> Pyro class, filled by adapt()
     _checks, _sites, _dist = checks, sites, pyro.distributions
 
+    def __init__(self, name=""):  # PyroModule's, with the signature of NumPyro's Parameterized
+        super().__init__(name)
+
     def _param(self, name, value, constraint=constraints.real):
         setattr(self, name, PyroParam(value, constraint=CONSTRAINTS[constraint] if isinstance(constraint, str) else constraint))
 
