@@ -1,5 +1,6 @@
 """Stochastic variational GP with inducing points (see :mod:`sparsegp_common.svgp`), as a Pyro
-module: ``q_mu``, ``q_sqrt`` and the features' parameters live in Pyro's param store."""
+module: ``q_mu``, ``q_sqrt`` and the features' parameters are the module's own PyroParams, not
+entries of Pyro's global param store."""
 from sparsegp_common import svgp as core
 from sparsegp_common.svgp import SVGPPosterior
 
