@@ -1,7 +1,9 @@
 import os
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one thread per worker: oversubscribed torch threads spin
+    # in the environment too, for the tutorials and benchmarks the tests run as subprocesses
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
     torch.set_num_threads(1)

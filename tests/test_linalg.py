@@ -118,3 +118,20 @@ def test_lower_cholesky_transform_masks_a_square_matrix(rng):
     torch_transform = torch.distributions.transform_to(torch.distributions.constraints.lower_cholesky)
     y = x + jnp.triu(jnp.ones((4, 4)), 1)
     np.testing.assert_allclose(np.asarray(transform(y)), torch_transform(torch.tensor(np.array(y))).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_cholesky_gradient_after_a_retry_is_the_kept_factors(rng, jit):
+    # B is indefinite by 3e-5: jitter 1e-6 and 1e-5 fail, 1e-4 succeeds. The failed attempt must not
+    # reach the gradient (it made the hyperparameter gradients NaN in float32 NumPyro fits).
+    Q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    B = jnp.asarray(Q @ np.diag([-3e-5, 0.5, 1.0, 2.0, 3.0]) @ Q.T)
+    W = jnp.asarray(rng.normal(size=(5, 5)))
+
+    def loss(theta):
+        return (nla.cholesky(theta * B, jitter=1e-6) * W).sum()
+
+    grad = (jax.jit(jax.grad(loss)) if jit else jax.grad(loss))(1.0)
+    kept = jax.grad(lambda theta: (jnp.linalg.cholesky(theta * B + 1e-4 * jnp.eye(5)) * W).sum())(1.0)
+    assert np.isfinite(float(grad))
+    assert float(grad) == pytest.approx(float(kept), rel=1e-9)

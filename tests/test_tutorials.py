@@ -26,11 +26,10 @@ def test_hierarchical_regression(backend, tmp_path):
     assert output.stat().st_size > 10_000
 
 
-# With today's installs the NumPyro run of the quick tutorial gives max Pareto k 2.03 at d6561c3 as
-# well (identical output before and after the core layer): a dependency drift, see issue 21. A fresh
-# install on 2026-11-25 gives k 0.77 at every commit from 62d670f on (the test xpasses): the outcome
-# depends on unpinned transitive versions, which issue 21's constraints file will pin.
-ARVIZ_NUMPYRO_DRIFT = pytest.mark.xfail(reason="max Pareto k 2.03 with today's installs, also at d6561c3", strict=False)
+# The max Pareto k of the quick float32 NumPyro run follows its rounding: 0.77, 1.85, 2.03 and 2.31
+# have been seen with other thread counts, installs and Cholesky gradient rules (the same model and
+# data). Issue 21 pins the transitive versions and revisits the export.
+ARVIZ_NUMPYRO_DRIFT = pytest.mark.xfail(reason="max Pareto k of the float32 NumPyro run follows its rounding", strict=False)
 
 
 @pytest.mark.slow

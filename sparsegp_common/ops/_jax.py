@@ -1,4 +1,6 @@
 """JAX implementations of the operations the array API standard lacks."""
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -21,6 +23,11 @@ def cholesky(A, levels, message):
     NaN (so the loss becomes NaN) instead of raising: a host callback to raise would cost about as
     much as the rest of a small SVI step.
     """
+    return _escalating_cholesky(A, tuple(levels), message)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _escalating_cholesky(A, levels, message):
     eye = jnp.eye(A.shape[-1], dtype=A.dtype)
     if is_concrete(A):
         for level in levels:
@@ -36,6 +43,19 @@ def cholesky(A, levels, message):
         return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, lambda: attempt(i + 1))
 
     return attempt(0)
+
+
+@_escalating_cholesky.defjvp
+def _escalating_cholesky_jvp(levels, message, primals, tangents):
+    # Differentiating through the retries would carry a failed attempt's NaN factor into the
+    # gradient (reverse mode multiplies its zero cotangent by the NaN), so the derivative is taken
+    # of the factor that was kept: dL = L Phi(L^-1 dA L^-T), the jitter being a constant.
+    (A,), (dA,) = primals, tangents
+    L = _escalating_cholesky(A, levels, message)
+    dA = 0.5 * (dA + dA.mT)
+    inner = solve_lower(L, solve_lower(L, dA).mT)
+    phi = jnp.tril(inner) - 0.5 * jnp.eye(L.shape[-1], dtype=L.dtype) * inner
+    return L, L @ phi
 
 
 def check_dtype(dtype):
