@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 from numpyro import handlers
 
-from sparsegp_common.prediction import Prediction, make_predictions
+from sparsegp_common.prediction import ComponentState, Prediction, make_predictions
 
 from . import checks
 
-__all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
+__all__ = ["ComponentState", "Prediction", "inspect", "predict_f", "predict_y", "sample_f"]
 
 
 def _map_batches(fn, X, batch_size, *extra):
@@ -72,4 +72,10 @@ def _key(seed, like):
     return jax.random.PRNGKey(seed)
 
 
-predict_f, predict_y, sample_f = make_predictions(_moments, _predictive, _key, checks, __name__)
+def _evaluate(prior, params, fn):
+    values = _values(params, prior)
+    with handlers.substitute(data=values):
+        return fn(prior.bind()), values
+
+
+predict_f, predict_y, sample_f, inspect = make_predictions(_moments, _predictive, _key, _evaluate, checks, __name__)

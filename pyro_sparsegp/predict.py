@@ -6,12 +6,12 @@ import contextlib
 import torch
 from pyro import poutine
 
-from sparsegp_common.prediction import Prediction, make_predictions
+from sparsegp_common.prediction import ComponentState, Prediction, make_predictions
 
 from . import checks
 from .sites import active
 
-__all__ = ["Prediction", "predict_f", "predict_y", "sample_f"]
+__all__ = ["ComponentState", "Prediction", "inspect", "predict_f", "predict_y", "sample_f"]
 
 
 @contextlib.contextmanager
@@ -53,4 +53,11 @@ def _key(seed, like):
     return torch.Generator(like.device).manual_seed(seed)  # a local generator: the global RNG is left as it was
 
 
-predict_f, predict_y, sample_f = make_predictions(_moments, _predictive, _key, checks, __name__)
+def _evaluate(prior, params, fn):
+    with poutine.trace(param_only=True) as capture, _evaluating(prior, params):
+        result = fn(prior)
+    # copies: an unconstrained parameter's value is the tensor the optimiser updates in place
+    return result, {name: site["value"].detach().clone() for name, site in capture.trace.nodes.items()}
+
+
+predict_f, predict_y, sample_f, inspect = make_predictions(_moments, _predictive, _key, _evaluate, checks, __name__)

@@ -29,6 +29,30 @@ class Prediction(NamedTuple):
     quantiles: Optional[Any]
 
 
+class ComponentState(NamedTuple):
+    """A GP prior component read with its trained values (``prior.inspect()``).
+
+    Attributes:
+        kl: ``KL[q(u) || p(u)]``, a scalar (exact, also where training subsamples it).
+        q_u: the distribution ``q(u)`` of the component's global site ``<name>.u`` (a PPL
+            distribution; ``.mean``, ``.covariance_matrix``), or None for methods without one.
+        params: ``{name: constrained value}`` of every parameter of the component, sorted by
+            name (kernel hyperparameters, inducing inputs, ``q_mu``, ``q_sqrt``, ...).
+    """
+
+    kl: Any
+    q_u: Any
+    params: dict
+
+
+INSPECT = """The component's KL, ``q(u)`` and parameter values, read with the trained values
+    ``fit`` leaves (or ``params``, e.g. ``FitResult.params``), outside any inference; the same call
+    in both backends.
+
+    Returns:
+        ComponentState: ``kl``, ``q_u`` and ``params``.
+    """
+
 PREDICT_F = """Moments of ``q(f(X))``.
 
     Args:
@@ -74,14 +98,15 @@ def joint_draws(mean, cov, num_samples, key, jitter):
     return mean + (f if mean.ndim == 1 else f.mT)
 
 
-def make_predictions(moments, predictive, key, checks, module):
-    """The backend's ``predict_f``, ``predict_y`` and ``sample_f``, with their checks and docs
-    written once, around the backend's evaluation:
+def make_predictions(moments, predictive, key, evaluate, checks, module):
+    """The backend's ``predict_f``, ``predict_y``, ``sample_f`` and ``inspect``, with their checks
+    and docs written once, around the backend's evaluation:
 
     - ``moments(prior, X, full_cov, batch_size, params)``: ``(mean, var or cov)`` of ``q(f(X))``;
     - ``predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params)``:
       ``(mean, variance, quantiles or None)`` of ``p(y*)``;
     - ``key(seed, like)``: a random key for :func:`joint_draws` on the device of ``like``;
+    - ``evaluate(prior, params, fn)``: ``(fn(prior with its parameter values), {name: value})``;
     - ``checks``: the backend's ``checks`` module (``inputs``)."""
 
     def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
@@ -99,6 +124,14 @@ def make_predictions(moments, predictive, key, checks, module):
         mean, cov = predict_f(prior, X, full_cov=True, params=params)
         return joint_draws(mean, cov, num_samples, key(seed, mean), jitter)
 
-    for fn, doc in ((predict_f, PREDICT_F), (predict_y, PREDICT_Y), (sample_f, SAMPLE_F)):
+    def inspect(prior, *, params=None):
+        def read(bound):
+            posterior = bound.posterior()
+            return posterior.kl(), posterior.q_u()
+
+        (kl, q_u), values = evaluate(prior, params, read)
+        return ComponentState(kl, q_u, dict(sorted(values.items())))
+
+    for fn, doc in ((predict_f, PREDICT_F), (predict_y, PREDICT_Y), (sample_f, SAMPLE_F), (inspect, INSPECT)):
         fn.__module__, fn.__doc__ = module, doc
-    return predict_f, predict_y, sample_f
+    return predict_f, predict_y, sample_f, inspect

@@ -63,6 +63,12 @@ class GPPrior:
         backend's ``predict.predict_f``."""
         return self._predict.predict_f(self, X, full_cov=full_cov, batch_size=batch_size, params=params)
 
+    def inspect(self, params=None):
+        """The KL, ``q(u)`` and parameter values of this component after training (or with
+        ``params``): a :class:`~sparsegp_common.prediction.ComponentState`; see the backend's
+        ``predict.inspect``."""
+        return self._predict.inspect(self, params=params)
+
     def sample_global_sites(self, posterior, guide):
         """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor
         ``<name>.kl`` = ``-KL``; returns ``u`` (None for methods without one). Used by

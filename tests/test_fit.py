@@ -166,6 +166,30 @@ def test_predictions_after_fit_use_the_trained_values(backend, user):
     assert not np.allclose(after, initial)
 
 
+def test_inspect_reads_the_trained_component(backend):
+    """gp.inspect() after fit: the dense reference KL of the trained q(u), q(u) itself and the
+    parameter values fit returned; with params= it reads those values instead."""
+    from reference import gaussian_kl
+
+    model, X, y = problem(backend)
+    gp = model.prior
+    initial = gp.inspect()
+    result = backend.lib.fit(model.model, model.guide, (X, y), num_steps=20, lr=0.05, progress=False)
+    state = gp.inspect()
+    assert list(state.params) == sorted(n for n in result.params if n.startswith("gp."))
+    for name, value in state.params.items():
+        np.testing.assert_allclose(backend.numpy(value), backend.numpy(result.params[name]), rtol=1e-12)
+    q_mu, q_sqrt = backend.numpy(result.params["gp.q_mu"]), backend.numpy(result.params["gp.q_sqrt"])
+    S = q_sqrt @ q_sqrt.T
+    np.testing.assert_allclose(backend.numpy(state.q_u.mean), q_mu, rtol=1e-12)
+    np.testing.assert_allclose(backend.numpy(state.q_u.covariance_matrix), S, rtol=1e-10, atol=1e-14)
+    expected = gaussian_kl(q_mu, S, np.zeros(M), np.eye(M))  # whitened: p(u) = N(0, I)
+    assert float(backend.numpy(state.kl)) == pytest.approx(expected, rel=1e-10)
+    assert float(backend.numpy(gp.inspect(params=dict(initial.params)).kl)) == pytest.approx(
+        float(backend.numpy(initial.kl)), rel=1e-12)
+    assert float(backend.numpy(initial.kl)) != pytest.approx(expected, rel=1e-3)
+
+
 def test_lr_schedule_and_callbacks(backend):
     model, X, y = problem(backend)
     before = backend.numpy(backend.bound(model.prior).q_mu).copy()
