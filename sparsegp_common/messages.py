@@ -10,3 +10,13 @@ def cholesky_failed(shape, dtype, jitter):
         "inducing points; raise `jitter`; lower the learning rate (NaN hyperparameters also "
         "end here)."
     )
+
+
+def loss_not_finite(step, value):
+    return (
+        f"fit stopped: the loss became {value} at step {step}, so the parameters are no longer "
+        "usable. Things to try: a lower learning rate (lr, or lr_schedule with a warm-up); train in "
+        "float64, or cholesky_dtype=float64; standardise the inputs X and remove near-duplicate "
+        "inducing points; raise the jitter. With checkpoint=... the last checkpoint before the "
+        "failure is kept and resume=True continues from it."
+    )

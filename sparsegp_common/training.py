@@ -10,6 +10,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
+from .messages import loss_not_finite
+
 
 class LossHistory:
     """The losses of a run: floats already read back, and the device scalars of the steps since.
@@ -28,10 +30,18 @@ class LossHistory:
         self.pending.append(value)
 
     def read(self):
-        """Read the pending losses back; returns the list of every loss so far."""
+        """Read the pending losses back; returns the list of every loss so far.
+
+        Raises:
+            FloatingPointError: a loss read back is NaN or infinite (with what to try).
+        """
         if self.pending:
-            self.values.extend(float(v) for v in self.to_floats(self.pending))
+            new = [float(v) for v in self.to_floats(self.pending)]
             self.pending = []
+            for i, value in enumerate(new):
+                if not math.isfinite(value):
+                    raise FloatingPointError(loss_not_finite(len(self.values) + i + 1, value))
+            self.values.extend(new)
         return self.values
 
     def __len__(self):
@@ -249,6 +259,10 @@ FIT_DOC = """Train ``model``/``guide`` by SVI{how}.
     Returns:
         FitResult: losses ``(num_steps,)``, final (constrained) params, validation history, and
         the optimiser (Pyro) or the final ``SVIState`` (NumPyro).
+
+    Raises:
+        FloatingPointError: the loss became NaN or infinite (checked whenever the losses are read
+            back, every ``loss_every`` steps); the message says what to try.
 
     After ``fit`` the trained values are where predictions read them, in both backends: Pyro's
     library modules (which own their parameters), and in NumPyro the library objects (kernels, priors, likelihoods, ...) whose

@@ -190,6 +190,34 @@ def test_inspect_reads_the_trained_component(backend):
     assert float(backend.numpy(initial.kl)) != pytest.approx(expected, rel=1e-3)
 
 
+def runaway(backend):
+    """A model whose loss is finite while its parameter ``a`` stays below 1 and NaN after; Adam
+    at lr 0.1 drives ``a`` from 0 towards 10, past 1 after about ten steps."""
+    if backend.name == "pyro":
+        import pyro
+
+        def model(x):
+            a = pyro.param("a", torch.tensor(0.0, dtype=torch.float64))
+            with pyro.validation_enabled(False):  # the NaN is to come from the numbers, not a check
+                pyro.factor("boom", -((a - 10) ** 2) + torch.where(a < 1, 0.0, float("nan")))
+    else:
+        import jax.numpy as jnp
+        import numpyro
+
+        def model(x):
+            a = numpyro.param("a", jnp.asarray(0.0))
+            numpyro.factor("boom", -((a - 10) ** 2) + jnp.where(a < 1, 0.0, jnp.nan))
+
+    return model, lambda x: None, (backend.array(np.zeros((4, 1))),)
+
+
+@pytest.mark.parametrize("loss_every", [1, 7])
+def test_fit_stops_when_the_loss_is_not_finite(backend, loss_every):
+    model, guide, data = runaway(backend)
+    with pytest.raises(FloatingPointError, match=r"the loss became nan at step 1[0-2]\b.*lower learning rate"):
+        backend.lib.fit(model, guide, data, num_steps=100, lr=0.1, loss_every=loss_every, progress=False)
+
+
 def test_lr_schedule_and_callbacks(backend):
     model, X, y = problem(backend)
     before = backend.numpy(backend.bound(model.prior).q_mu).copy()
