@@ -6,9 +6,11 @@ Each likelihood is usable two ways:
   (``numpyro.sample`` alike);
 * through its expected log-likelihood under ``q(f) = N(mean, var)``,
   ``expected_log_prob(y, mean, var)`` (shape ``(N,)``), the data term of the SVGP ELBO. It is
-  in closed form for ``Gaussian`` and ``Poisson(link="exp")``, by Gauss-Hermite quadrature with
-  ``num_gauss_hermite`` nodes otherwise, and by a Monte Carlo average of ``num_samples``
-  reparameterised draws when ``num_samples`` is given (the only option for ``Softmax``).
+  in closed form for ``Gaussian`` and ``Poisson(link="exp")``; for ``Bernoulli(link="logit")``
+  by Gauss-Hermite below variance 3 and above it by an exact split with Gauss-Laguerre for the
+  bend at 0 (accurate for any variance); by Gauss-Hermite quadrature with ``num_gauss_hermite``
+  nodes otherwise; and by a Monte Carlo average of ``num_samples`` reparameterised draws when
+  ``num_samples`` is given (the only option for ``Softmax``).
 
 ``f`` has shape ``(N,)``, or ``(N, C)`` for ``Softmax``.
 
@@ -20,7 +22,7 @@ import math
 
 from . import checks
 from .ops import backend, namespace
-from .quadrature import gauss_hermite, monte_carlo
+from .quadrature import expected_log_sigmoid, gauss_hermite, monte_carlo
 
 
 def log_softplus(f):
@@ -173,6 +175,11 @@ class Bernoulli(Likelihood):
         signed = (2 * y - 1) * f
         ops = backend(y, f)
         return -ops.softplus(-signed) if self.link == "logit" else ops.log_ndtr(signed)
+
+    def _expected_log_prob(self, y, mean, var):
+        if self.link == "logit":  # accurate for large variances too, where Gauss-Hermite is not
+            return expected_log_sigmoid((2 * y - 1) * mean, var, self.num_gauss_hermite)
+        return super()._expected_log_prob(y, mean, var)
 
     def check_y(self, y, like=None):
         y = super().check_y(y, like)
