@@ -211,6 +211,7 @@ def runaway(backend):
     return model, lambda x: None, (backend.array(np.zeros((4, 1))),)
 
 
+@pytest.mark.filterwarnings("ignore:Encountered NaN")  # Pyro's own warning, before fit's error
 @pytest.mark.parametrize("loss_every", [1, 7])
 def test_fit_stops_when_the_loss_is_not_finite(backend, loss_every):
     model, guide, data = runaway(backend)
