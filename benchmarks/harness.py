@@ -11,7 +11,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -133,42 +132,33 @@ def minibatches(num_rows, batch_size, seed=0):
 
 
 class FitSteps:
-    """The product's ``fit`` run one step at a time, so that a benchmark can time single steps of
-    it or alternate it with other implementations.
+    """The product's ``fit`` run one step at a time (``fit.steps``, in the calling thread), so that
+    a benchmark can time single steps of it or alternate it with other implementations.
 
-    ``fit`` runs in a worker thread that a callback pauses after every step; :meth:`step` lets it
-    take one more and waits for it (only one of the two threads runs at any time). A step is then
-    exactly one of ``fit``'s steps, plus reading its loss back (so its device work is done) and two
-    thread hand-overs of some microseconds.
+    A step is exactly one of ``fit``'s steps plus reading its loss back (so its device work is
+    done). (A worker thread paused by a callback did the same before, but each thread brought its
+    own OpenMP team and glibc arena: 10 ms more per VOF step from page faults and spinning.)
 
     Args:
         fit: ``pyro_sparsegp.fit`` or ``numpyro_sparsegp.fit``.
         *args, **kwargs: its arguments; ``num_steps`` defaults to more steps than any benchmark
-            takes, and ``callbacks`` and ``progress`` are taken.
+            takes, and ``progress`` is off.
     """
 
     def __init__(self, fit, *args, **kwargs):
-        if "callbacks" in kwargs:
-            raise ValueError("FitSteps sets fit's callbacks itself")
-        kwargs = {"num_steps": 10**12, **kwargs, "callbacks": [self._pause], "progress": False}
-        self._thread = threading.Thread(target=self._run, args=(fit, args, kwargs), daemon=True)
-        self._go, self._done = threading.Semaphore(0), threading.Semaphore(0)
-        self._closing = self._finished = False
-        self.state, self.result, self._error = None, None, None
+        kwargs = {"num_steps": 10**12, **kwargs, "progress": False}
+        self._running = fit.steps(*args, **kwargs)
+        self.state, self.result = None, None
 
     def step(self):
         """Run the next step (the first also creates the parameters and compiles); returns its loss."""
-        if self._finished:
+        if self.result is not None:
             raise RuntimeError("this fit has ended (num_steps reached or closed)")
-        if self._thread.ident is None:
-            self._thread.start()
-        else:
-            self._go.release()
-        self._done.acquire()
-        if self._error is not None:
-            raise RuntimeError("fit failed in its worker thread") from self._error
-        if self._finished:
-            raise RuntimeError("this fit has ended (num_steps reached)")
+        try:
+            self.state = next(self._running)
+        except StopIteration as end:
+            self.result = end.value
+            raise RuntimeError("this fit has ended (num_steps reached)") from None
         return self.state.loss
 
     @property
@@ -180,27 +170,13 @@ class FitSteps:
 
     def close(self):
         """End the fit after the step it has taken; returns its ``FitResult`` (None before any step)."""
-        if self._thread.ident is not None and not self._finished:
-            self._closing = True
-            self._go.release()
-            self._thread.join()
+        if self.state is not None and self.result is None:
+            self.state.stop = True
+            try:
+                next(self._running)
+            except StopIteration as end:
+                self.result = end.value
         return self.result
-
-    def _run(self, fit, args, kwargs):
-        try:
-            self.result = fit(*args, **kwargs)
-        except BaseException as error:  # noqa: BLE001  (raised again by step())
-            self._error = error
-        finally:
-            self._finished = True
-            self._done.release()
-
-    def _pause(self, state):
-        self.state = state
-        state.loss  # reads the loss back: waits for the step's device work
-        self._done.release()
-        self._go.acquire()
-        state.stop = self._closing
 
 
 def traced_params(fn, *args):

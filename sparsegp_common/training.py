@@ -3,6 +3,7 @@ checkpoint schedule, the progress bar and the result objects; each backend gives
 :class:`Trainer` (its optimiser, step and checkpoint format) to :func:`make_fit`."""
 import dataclasses
 import fnmatch
+import functools
 import math
 import os
 from typing import Any, Callable, Optional
@@ -221,6 +222,12 @@ def interval(every, plan, name):
     return int(every)
 
 
+FIT_STEPS_DOC = """``fit`` one step at a time, in the calling thread: a generator with ``fit``'s arguments that
+    yields the :class:`FitState` of every step (after the callbacks); set ``stop = True`` on the
+    state just yielded to end training. Its return value (``StopIteration.value``, or the value of
+    ``yield from``) is the :class:`FitResult`, after the trained values are written back as by ``fit``.
+    """
+
 FIT_DOC = """Train ``model``/``guide`` by SVI{how}.
 
     Args:
@@ -335,7 +342,8 @@ def check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resu
 
 def run_steps(plan, start, losses, best, step, params, snapshot, save, *, tracker, validation, eval_every,
               callbacks, checkpoint_every, progress, loss_every=1, to_floats=None):
-    """The loop of both backends' ``fit``.
+    """The loop of both backends' ``fit``, a generator: it yields the :class:`FitState` of every
+    step after the callbacks have seen it (setting ``stop`` on it ends the loop).
 
     Args:
         plan, start: the step plan and the first step to run (after a resume).
@@ -350,7 +358,7 @@ def run_steps(plan, start, losses, best, step, params, snapshot, save, *, tracke
             of each).
 
     Returns:
-        ``(best, stopped)``; ``losses`` then holds every step's loss.
+        ``(best, stopped)`` as the generator's return value; ``losses`` then holds every step's loss.
     """
     callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
     history = LossHistory(losses, to_floats or (lambda values: [float(v) for v in values]))
@@ -370,6 +378,7 @@ def run_steps(plan, start, losses, best, step, params, snapshot, save, *, tracke
             state = FitState(done, plan.epoch(i), history, params)
             for callback in callbacks:
                 callback(state)
+            yield state
             stopped = stopped or state.stop
             if save is not None and (done % checkpoint_every == 0 or stopped or done == plan.num_steps):
                 history.read()
@@ -397,7 +406,7 @@ def make_fit(trainer, module, **doc):
     written once around ``trainer``, the backend's side (see :class:`Trainer`); ``doc`` fills the
     backend's phrases of :data:`FIT_DOC`."""
 
-    def fit(
+    def steps(
         model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
         lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
         restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
@@ -413,7 +422,7 @@ def make_fit(trainer, module, **doc):
         losses, start, best = [], 0, None
         if resume and os.path.exists(checkpoint):
             start, losses, best = run.load(checkpoint, tracker)
-        best, stopped = run_steps(
+        best, stopped = yield from run_steps(
             plan, start, losses, best, run.step, run.params, run.snapshot,
             None if checkpoint is None else (lambda done, best: run.save(checkpoint, done, losses, tracker, best)),
             tracker=tracker, validation=validation, eval_every=eval_every, callbacks=callbacks,
@@ -424,7 +433,19 @@ def make_fit(trainer, module, **doc):
         params, state = run.finish()
         return FitResult(np.asarray(losses), params, tracker.history, tracker.best_step, stopped, state)
 
-    fit.__module__ = module
+    @functools.wraps(steps)
+    def fit(*args, **kwargs):
+        running = steps(*args, **kwargs)
+        while True:
+            try:
+                next(running)
+            except StopIteration as end:
+                return end.value
+
+    fit.__name__ = fit.__qualname__ = "fit"
+    steps.__doc__ = FIT_STEPS_DOC
+    fit.steps = steps
+    fit.__module__ = steps.__module__ = module
     fit.__doc__ = FIT_DOC.format(param_groups=PARAM_GROUPS_DOC, **doc)
     return fit
 

@@ -147,11 +147,8 @@ def test_fit_steps_are_the_steps_of_fit(backend):
         steps.step()
 
     failing = harness.FitSteps(backend.lib.fit, model.model, model.guide, data, batch_size=0)
-    with pytest.raises(RuntimeError, match="fit failed") as error:
+    with pytest.raises(ValueError, match="batch_size"):
         failing.step()
-    assert "batch_size" in str(error.value.__cause__)
-    with pytest.raises(ValueError, match="callbacks"):
-        harness.FitSteps(backend.lib.fit, model.model, model.guide, data, callbacks=[print])
 
 
 def test_median_and_table():

@@ -219,6 +219,22 @@ def test_fit_stops_when_the_loss_is_not_finite(backend, loss_every):
         backend.lib.fit(model, guide, data, num_steps=100, lr=0.1, loss_every=loss_every, progress=False)
 
 
+def test_fit_steps_yields_fits_steps_and_returns_its_result(backend):
+    """fit.steps: the same steps as fit, one FitState per step; stop ends it with the FitResult."""
+    model, X, y = problem(backend)
+    expected = backend.lib.fit(model.model, model.guide, (X, y), num_steps=5, lr=0.05, progress=False)
+    model, X, y = problem(backend)
+    running = backend.lib.fit.steps(model.model, model.guide, (X, y), num_steps=5, lr=0.05, progress=False)
+    states = [next(running) for _ in range(3)]
+    assert [s.step for s in states] == [1, 2, 3]
+    states[-1].stop = True
+    with pytest.raises(StopIteration) as end:
+        next(running)
+    result = end.value.value
+    np.testing.assert_allclose(result.losses, expected.losses[:3], rtol=1e-12)
+    assert result.stopped_early and list(result.params) == list(expected.params)
+
+
 def test_lr_schedule_and_callbacks(backend):
     model, X, y = problem(backend)
     before = backend.numpy(backend.bound(model.prior).q_mu).copy()
