@@ -136,8 +136,8 @@ class FitSteps:
     a benchmark can time single steps of it or alternate it with other implementations.
 
     A step is exactly one of ``fit``'s steps plus reading its loss back (so its device work is
-    done). (A worker thread paused by a callback did the same before, but each thread brought its
-    own OpenMP team and glibc arena: 10 ms more per VOF step from page faults and spinning.)
+    done). Not a worker thread: each thread brings its own OpenMP team and glibc arena, which cost
+    up to 10 ms per step (spinning, page faults) that users' training does not pay.
 
     Args:
         fit: ``pyro_sparsegp.fit`` or ``numpyro_sparsegp.fit``.

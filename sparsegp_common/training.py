@@ -436,11 +436,11 @@ def make_fit(trainer, module, **doc):
     @functools.wraps(steps)
     def fit(*args, **kwargs):
         running = steps(*args, **kwargs)
-        while True:
-            try:
+        try:
+            while True:
                 next(running)
-            except StopIteration as end:
-                return end.value
+        except StopIteration as end:
+            return end.value
 
     fit.__name__ = fit.__qualname__ = "fit"
     steps.__doc__ = FIT_STEPS_DOC
