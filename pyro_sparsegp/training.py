@@ -96,7 +96,10 @@ def _capture_params(loss_fn, model, guide, batch, kwargs):
     if not names:
         raise ValueError("the model and guide have no parameters to fit")
     sites = [capture.trace.nodes[name] for name in names]
-    return names, [s["value"].unconstrained() for s in sites], [s["kwargs"]["constraint"] for s in sites]
+    # a PyroModule reading a parameter the store holds (an autoguide's) omits its constraint from
+    # the message; the store has it (get_state() would strip the values' links to their tensors)
+    stored = pyro.get_param_store()._constraints
+    return names, [s["value"].unconstrained() for s in sites], [stored.get(n, s["kwargs"]["constraint"]) for n, s in zip(names, sites)]
 
 
 def _save(path, step, names, params, opt, schedule, losses, tracker, best):

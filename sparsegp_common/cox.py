@@ -68,13 +68,14 @@ class CoxEvents(Documented):
         super().__init__(log_intensity.shape, points.shape[-1:], validate_args=validate_args)
 
     def log_prob(self, value):
-        return self.log_intensity - self.integral / self.log_intensity.shape[-1]
+        return self.log_intensity - self.integral[..., None] / self.log_intensity.shape[-1]
 
     def _draw(self, key, sample_shape):
-        """Events ``sample_shape + (n, d)``, each a point of the rule drawn with probability
-        proportional to its mass (``key``: the backend's, see the module docstring)."""
-        shape = tuple(sample_shape) + tuple(self.log_intensity.shape)
-        return self.points[backend(self.log_masses).categorical(key, self.log_masses, shape)]
+        """Events ``sample_shape + batch_shape + (d,)``, each a point of the rule drawn with
+        probability proportional to its mass (``key``: the backend's, see the module docstring)."""
+        n = self.log_intensity.shape[-1]
+        index = backend(self.log_masses).categorical(key, self.log_masses, tuple(sample_shape) + (n,))
+        return self.points[namespace(index).moveaxis(index, len(sample_shape), -1)]
 
 
 class CoxProcess(Documented):
@@ -254,11 +255,11 @@ class CoxProcess(Documented):
             with sites.plate(f"{self.name}.cells", len(weights), like=X):
                 return sites.sample(f"{self.name}.counts", self._dist.Poisson(weights * xp.exp(log_lam)),
                                     obs=self.counts(events))
-        n = events.shape[0]
-        log_masses = xp.log(weights) + log_lam[n:]
+        n = events.shape[0]  # log_lam may have batch axes on its left (a batch of draws)
+        log_masses = xp.log(weights) + log_lam[..., n:]
         with sites.plate(self.name, n, like=X):
-            return sites.sample(f"{self.name}.x", self._cox_events(log_lam[:n], xp.sum(xp.exp(log_masses)), points,
-                                                                   log_masses), obs=events)
+            return sites.sample(f"{self.name}.x", self._cox_events(log_lam[..., :n], xp.sum(xp.exp(log_masses), axis=-1),
+                                                                   points, log_masses), obs=events)
 
     def sampled_guide(self, events):
         """The guide of :meth:`sampled_model`."""

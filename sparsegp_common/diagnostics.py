@@ -1,6 +1,9 @@
 """``to_inference_data`` written once (:func:`make_to_inference_data`) around each backend's way of
-drawing from a guide and replaying the model: argument checks, dimension names after plates, and
-the ``arviz.InferenceData`` assembled from NumPy arrays."""
+drawing from a guide and replaying the model: argument checks, the walk over the full data of a
+plate that subsamples (:func:`full_data_draws`), dimension names after plates, and the
+``arviz.InferenceData`` assembled from NumPy arrays."""
+import dataclasses
+
 import numpy as np
 
 from .checks import positive_int
@@ -24,6 +27,97 @@ def model_guide_pair(model, guide, gp_model_type):
     if guide is None:
         raise ValueError("guide is required (unless model is a GPModel)")
     return model, guide
+
+
+@dataclasses.dataclass
+class Draws:
+    """What a backend draws for one batch of rows: NumPy arrays with a leading draw axis
+    (``observed`` without it).
+
+    Attributes:
+        latent: ``{site: (S, *shape)}`` the guide's latent sites (guide internals left out).
+        log_lik: ``{site: (S, *batch_shape)}`` pointwise log-likelihood of each observed site.
+        predictive: ``{site: (S, *shape)}`` draws of each observed site.
+        observed: ``{site: array}`` the observed values.
+        dims: ``{site: [dim names]}`` of the per-draw values.
+        axes: ``{site: axis}`` the axis of a per-draw value along the subsampling plate (None
+            for sites outside it, which :func:`full_data_draws` draws once and holds fixed).
+        fixed: the backend's record of this batch's draws of the sites outside the plate, which
+            later batches replay.
+    """
+
+    latent: dict
+    log_lik: dict
+    predictive: dict
+    observed: dict
+    dims: dict
+    axes: dict
+    fixed: object = None
+
+
+def full_data_chunks(size, subsample_size):
+    """Row indices ``(num_chunks, subsample_size)`` that cover ``range(size)`` in order, the
+    last chunk wrapping round to the first rows so that every chunk has the plate's length."""
+    num_chunks = -(-size // subsample_size)
+    return np.arange(num_chunks * subsample_size).reshape(num_chunks, subsample_size) % size
+
+
+def subsampling_plate(plates):
+    """The one plate ``(name, size, subsample_size)`` that subsamples, or None; a clear error
+    for more than one."""
+    plates = sorted({p for p in plates if p[2] is not None and p[2] < p[1]})
+    if len(plates) > 1:
+        names = ", ".join(repr(p[0]) for p in plates)
+        raise ValueError(
+            f"the plates {names} all subsample; the export walks the full data of one plate only: "
+            "give the model an argument that turns subsampling off (subsample_size=None) and pass it "
+            "to to_inference_data"
+        )
+    return plates[0] if plates else None
+
+
+def full_data_draws(draw, plate):
+    """The draws over all rows of a subsampling plate, in batches of its length.
+
+    Args:
+        draw: ``draw(chunk, index, fixed)`` -> :class:`Draws` for batch number ``chunk``, with
+            the plate's indices conditioned to ``index`` (``{plate name: rows}``, empty when no
+            plate subsamples) and the sites outside the plate replayed from ``fixed`` (None for
+            the first batch, which draws them).
+        plate: ``(name, size, subsample_size)`` from :func:`subsampling_plate`, or None.
+
+    Returns:
+        one :class:`Draws` with every site along the plate of full length ``size``: the memory
+        of the result, and of one batch at a time.
+    """
+    if plate is None:
+        return draw(0, {}, None)
+    name, size, _ = plate
+    chunks, fixed = [], None
+    for k, rows in enumerate(full_data_chunks(*plate[1:])):
+        chunks.append(draw(k, {name: rows}, fixed))
+        fixed = chunks[0].fixed
+    first = chunks[0]
+
+    def gather(group, offset):
+        out = {}
+        for site, value in getattr(first, group).items():
+            axis = first.axes.get(site)
+            if axis is None:
+                out[site] = value
+            else:
+                whole = np.concatenate([getattr(c, group)[site] for c in chunks], axis=axis + offset)
+                out[site] = np.take(whole, np.arange(size), axis=axis + offset)
+        return out
+
+    return Draws(gather("latent", 1), gather("log_lik", 1), gather("predictive", 1), gather("observed", 0),
+                 first.dims, first.axes)
+
+
+def plate_axis(shape, event_dim, plate_dim):
+    """The axis of a value ``shape`` along a plate at batch dimension ``plate_dim`` (negative)."""
+    batch_ndim = len(shape) - event_dim
+    return None if plate_dim is None or -plate_dim > batch_ndim else batch_ndim + plate_dim
 
 
 def site_dims(name, shape, event_dim, plates):
@@ -76,10 +170,15 @@ def inference_data(posterior, predictive, log_likelihood, observed, dims, num_ch
 
 TO_INFERENCE_DATA = """Draws from the guide turned into an ``arviz.InferenceData``.
 
-    Groups: ``posterior`` (the guide's latent sites), ``posterior_predictive`` and
+    Groups: ``posterior`` (the guide's latent sites in constrained space; guide internals such
+    as an autoguide's auxiliary sites are left out), ``posterior_predictive`` and
     ``log_likelihood`` (every observed site of the model, replayed on each draw; pointwise, so
     ``az.loo`` and ``az.waic`` run), ``observed_data``, and ``sample_stats.elbo`` (the ELBO of
     every training step, when ``result`` is given). Dimensions are named after the plates.
+
+    A plate that subsamples during training (``subsample_size``) is walked over its full data in
+    batches of its subsample size, so the pointwise log-likelihood covers every observation once;
+    the sites outside that plate are drawn once per draw and held fixed across the batches.
 
     Args:
         model: a {ppl} model, or a :class:`~{package}.GPModel` (then ``guide`` is None and its
@@ -93,25 +192,26 @@ TO_INFERENCE_DATA = """Draws from the guide turned into an ``arviz.InferenceData
         seed: seed of the draws{seed}.
         result: the :class:`~{package}.FitResult` of training: its ``params`` are used and its
             losses become ``sample_stats.elbo``; without it {without}.
+        parallel: {parallel}
         **kwargs: passed to the model and guide.
     """
 
 
 def make_to_inference_data(draw, model_types, module, **doc):
     """The ``to_inference_data`` of a backend around ``draw(model, guide, data, num_samples, seed,
-    params, kwargs)``, which returns ``(posterior, predictive, log_likelihood, observed, dims)``:
-    NumPy arrays with a leading draw axis (``observed`` without it) and each site's dimension
-    names; ``model_types`` are the backend's ``(GPModel, CoxProcess)``; ``doc`` fills the
-    backend's phrases of :data:`TO_INFERENCE_DATA`."""
+    params, kwargs, parallel)``, which returns the :class:`Draws` over the full data;
+    ``model_types`` are the backend's ``(GPModel, CoxProcess)``; ``doc`` fills the backend's
+    phrases of :data:`TO_INFERENCE_DATA`."""
 
-    def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chains=4, seed=0, result=None, **kwargs):
+    def to_inference_data(model, guide=None, data=(), *, num_samples=1000, num_chains=4, seed=0, result=None,
+                          parallel=True, **kwargs):
         model, guide = model_guide_pair(model, guide, model_types)
         num_chains, _ = draws_layout(num_samples, num_chains)
         params = None if result is None else result.params
-        posterior, predictive, log_lik, observed, dims = draw(model, guide, tuple(data), num_samples, seed, params, kwargs)
-        if not log_lik:
+        draws = draw(model, guide, tuple(data), num_samples, seed, params, kwargs, bool(parallel))
+        if not draws.log_lik:
             raise ValueError("the model has no observed sites: pass the observations in data")
-        return inference_data(posterior, predictive, log_lik, observed, dims, num_chains,
+        return inference_data(draws.latent, draws.predictive, draws.log_lik, draws.observed, draws.dims, num_chains,
                               None if result is None else result.losses)
 
     to_inference_data.__module__ = module

@@ -1,4 +1,5 @@
-"""Expectations of ``fn(f)`` under ``f ~ N(mean, var)``: Gauss-Hermite or Monte Carlo, and
+"""Expectations of ``fn(f)`` under ``f ~ N(mean, var)``: Gauss-Hermite, a graded rule for
+integrands with a bend that a wide Gaussian straddles (:func:`expectation`), Monte Carlo, and
 ``E[log sigmoid(f)]`` accurate for any variance.
 
 Random draws follow one contract for every array library: ``key`` is a JAX PRNG key for JAX
@@ -80,3 +81,70 @@ def expected_log_sigmoid(mean, var, num_points=20, num_laguerre=40):
     density = (xp.exp(-0.5 * ((t - m) / sd) ** 2) + xp.exp(-0.5 * ((t + m) / sd) ** 2)) / (sd * math.sqrt(2 * math.pi))
     split = (var > SPLIT_VARIANCE) & (xp.abs(mean) < SPLIT_REACH * sd[..., 0])
     return xp.where(split, -(relu + density @ w), small)
+
+
+# The graded rule of :func:`expectation` takes over from Gauss-Hermite once the standard deviation
+# exceeds GRADED_SD bend widths, while the bend lies within SPLIT_REACH standard deviations.
+GRADED_SD = 0.5
+
+
+@functools.lru_cache(maxsize=None)
+def _graded_offsets(levels, span, panel):
+    """Panel ends of the graded rule: offsets from the bend in bend widths (0, +-1, +-2, ...,
+    +-2^(levels-1)), and a uniform grid over ``[-span, span]`` standard deviations."""
+    powers = 2.0 ** np.arange(levels)
+    return np.concatenate([[0.0], powers, -powers]), np.linspace(-span, span, int(round(2 * span / panel)) + 1)
+
+
+def graded(fn, mean, var, center, width, levels=5, nodes=6, span=9.0, panel=1.5):
+    """``E[fn(f)]``, ``f ~ N(mean, var)``, for ``fn`` analytic but for singularities off the real
+    line at distance ``width`` from ``center`` (``fn`` as in :func:`gauss_hermite`; ``levels * 2
+    + 2 * span / panel`` panels of ``nodes`` Gauss-Legendre nodes per element).
+
+    In standard units ``z = (f - mean) / sd`` the panels end at the bend, at ``2^j`` bend widths
+    either side of it, and on a uniform grid of step ``panel`` over ``[-span, span]`` (the mass
+    beyond is 2e-19): panels shrink geometrically towards the bend, so each sees an integrand that
+    is smooth on its own scale, and none is wider than ``panel``, so each resolves the Gaussian.
+    """
+    xp = namespace(mean, var, center, width)
+    sd = xp.sqrt(var)
+    graded_ends, uniform_ends = (xp.asarray(a, dtype=mean.dtype, device=device(mean))
+                                 for a in _graded_offsets(levels, span, panel))
+    bend = ((center - mean) / sd)[..., None] + (width / sd)[..., None] * graded_ends
+    uniform = xp.broadcast_to(uniform_ends, tuple(mean.shape) + tuple(uniform_ends.shape))
+    ends = xp.sort(xp.clip(xp.concat([bend, uniform], axis=-1), min=-span, max=span), axis=-1)
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    x, w = (xp.asarray(a, dtype=mean.dtype, device=device(mean)) for a in (x, w))
+    half = (ends[..., 1:] - ends[..., :-1])[..., None] / 2
+    z = (ends[..., 1:] + ends[..., :-1])[..., None] / 2 + half * x
+    weights = half * w * xp.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
+    flat = tuple(mean.shape) + (-1,)
+    z, weights = xp.reshape(z, flat), xp.reshape(weights, flat)
+    return xp.sum(fn(mean[..., None] + sd[..., None] * z) * weights, axis=-1)
+
+
+def expectation(fn, mean, var, num_points=20, bend=None):
+    """``E[fn(f)]`` under ``f ~ N(mean, var)``, elementwise, within 1e-6 relative at variances up
+    to 100 (tested) when ``bend = (center, width)`` says where ``fn`` bends and how far from there
+    its nearest singularity off the real line lies (e.g. ``(y, scale * sqrt(df))`` for the
+    Student-t log-density; broadcastable to ``mean``).
+
+    ``num_points``-node Gauss-Hermite where the Gaussian is narrow next to the bend, or far from it;
+    elsewhere Gauss-Hermite loses accuracy (3e-3 relative for ``log Phi`` at variance 100 with
+    20 nodes) and :func:`graded` is used. The graded rule is only evaluated when some element needs
+    it (``when_any``: a branch under ``jit``), so narrow Gaussians cost what Gauss-Hermite costs.
+    """
+    small = gauss_hermite(fn, mean, var, num_points)
+    if bend is None:
+        return small
+    xp, ops = namespace(mean, var), backend(mean, var)
+    center, width = bend
+    sd = xp.sqrt(var)
+    wide = (sd > GRADED_SD * width) & (xp.abs(center - mean) < SPLIT_REACH * sd)
+
+    def both():
+        # the graded rule sees a safe variance where it is not used, so no NaN reaches a gradient
+        safe_var = xp.where(wide, var, xp.ones_like(var) * (4 * GRADED_SD**2) * width**2)
+        return xp.where(wide, graded(fn, mean, safe_var, center, width), small)
+
+    return ops.when_any(wide, both, lambda: small)

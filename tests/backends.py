@@ -13,16 +13,44 @@ class Backend:
         values = {k: v for k, v in (("q_mu", q_mu), ("q_sqrt", q_sqrt)) if v is not None}
         return self.set(gp, **values)
 
+    def hierarchical_model(self, gp, num_groups, subsample_size, vectorised=True):
+        """A user's hierarchical Bernoulli model, as ``docs/usage.md`` writes one: group effects
+        (an ``AutoNormal`` for them and their scale) and an SVGP term, the data plate subsampling.
+        ``vectorised=False`` indexes the effects as ``effect[g]``, which breaks Pyro's batch of
+        draws (``jax.vmap`` vectorises either)."""
+        ppl, D = self.ppl, self.ppl.distributions
+
+        def model(X, g, y):
+            scale = ppl.sample("scale", D.HalfNormal(1.0))
+            with ppl.plate("groups", num_groups):
+                effect = ppl.sample("effect", D.Normal(0.0, scale))
+            data = ppl.plate("data", len(X), subsample_size=subsample_size)
+            f = gp.model(X, data)
+            with data as idx:
+                group = effect[..., g[idx]] if vectorised else effect[g[idx]]
+                ppl.sample("y", D.Bernoulli(logits=f + group), obs=y[idx])
+
+        autoguide = ppl.infer.autoguide.AutoNormal(self.handlers.block(model, hide=list(gp.site_names)))
+
+        def guide(X, g, y):
+            gp.guide(X, ppl.plate("data", len(X), subsample_size=subsample_size))
+            autoguide(X, g, y)
+
+        return model, guide
+
+
 import jax
 import numpy as np
 import numpyro
+import numpyro.infer.autoguide
 import pyro
+import pyro.infer.autoguide
 import torch
 from numpyro import handlers
 
 
 class PyroBackend(Backend):
-    name = "pyro"
+    name, ppl, handlers = "pyro", pyro, pyro.poutine
 
     def __init__(self):
         import pyro_sparsegp
@@ -83,6 +111,11 @@ class PyroBackend(Backend):
 
         return model, guide
 
+    def grad(self, fn, *args):
+        """Gradients of a scalar ``fn`` of arrays at ``args`` (NumPy in, NumPy out)."""
+        xs = [self.array(a).requires_grad_() for a in args]
+        return [self.numpy(g) for g in torch.autograd.grad(fn(*xs), xs)]
+
     def trace(self, fn, *args, seed=0, **kwargs):
         pyro.set_rng_seed(seed)
         return pyro.poutine.trace(fn).get_trace(*args, **kwargs).nodes
@@ -98,7 +131,7 @@ class PyroBackend(Backend):
 
 
 class NumPyroBackend(Backend):
-    name = "numpyro"
+    name, ppl, handlers = "numpyro", numpyro, handlers
 
     def __init__(self):
         import numpyro_sparsegp
@@ -161,6 +194,9 @@ class NumPyroBackend(Backend):
             gp.guide(X, numpyro.plate("data", len(X), subsample_size=subsample_size))
 
         return model, guide
+
+    def grad(self, fn, *args):
+        return [np.asarray(g) for g in jax.grad(fn, argnums=tuple(range(len(args))))(*map(self.array, args))]
 
     def trace(self, fn, *args, seed=0, **kwargs):
         return handlers.trace(handlers.seed(fn, jax.random.PRNGKey(seed))).get_trace(*args, **kwargs)

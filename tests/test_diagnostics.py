@@ -81,3 +81,92 @@ def test_export_arguments(backend, unfitted):
         export(model, data=(X, y), num_samples=10, num_chains=4)
     with pytest.raises(ValueError, match="num_samples"):
         export(model, data=(X, y), num_samples=0)
+
+
+GROUPS, ROWS, BATCH = 5, 70, 16  # 70 rows in batches of 16: the last batch wraps round
+
+
+@pytest.fixture
+def hierarchical(backend):
+    """A user's hierarchical Bernoulli model with a subsampling plate, briefly trained."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, (ROWS, 1))
+    g = rng.integers(0, GROUPS, ROWS)
+    y = (rng.uniform(size=ROWS) < 1 / (1 + np.exp(-np.sin(2 * X[:, 0]) - 0.5 * (g - 2)))).astype(float)
+    data = (backend.array(X), backend.array(g, dtype=np.int64), backend.array(y))
+
+    def build(vectorised=True):
+        gp = backend.svgp(X[:M].copy())
+        return backend.hierarchical_model(gp, GROUPS, BATCH, vectorised=vectorised)
+
+    model, guide = build()
+    result = backend.lib.fit(model, guide, data, num_steps=30, lr=0.05, progress=False)
+    return build, model, guide, data, (g, y), result
+
+
+def _recomputed_log_lik(idata, g, y):
+    """log p(y_n | f_n, effect_g(n)) of each draw, from the exported draws."""
+    logits = idata.posterior["gp.f"].values + idata.posterior["effect"].values[..., g]
+    return stats.bernoulli.logpmf(y, 1 / (1 + np.exp(-logits)))
+
+
+def test_export_walks_the_full_data_of_a_subsampling_plate(backend, hierarchical):
+    _, model, guide, data, (g, y), result = hierarchical
+    idata = backend.lib.to_inference_data(model, guide, data, num_samples=40, num_chains=2, seed=1, result=result)
+    assert idata.log_likelihood["y"].shape == (2, 20, ROWS)
+    assert idata.log_likelihood["y"].dims == ("chain", "draw", "data")
+    np.testing.assert_array_equal(idata.observed_data["y"].values, y)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, _recomputed_log_lik(idata, g, y), rtol=1e-10)
+    # the posterior: the model's latent sites, constrained, without the autoguide's internals
+    assert {k: v.dims for k, v in idata.posterior.data_vars.items()} == {
+        "scale": ("chain", "draw"), "effect": ("chain", "draw", "groups"),
+        "gp.u": ("chain", "draw", "gp.u_dim_0"), "gp.f": ("chain", "draw", "data"),
+    }
+    assert (idata.posterior["scale"].values > 0).all()
+    # independent draws (the recomputation above holds only if every batch saw the same effects)
+    assert np.unique(idata.posterior["scale"].values).size == 40
+    assert idata.posterior_predictive["y"].shape == (2, 20, ROWS)
+    loo = az.loo(idata)
+    assert loo.n_data_points == ROWS and np.isfinite(loo.elpd_loo)
+
+
+def test_export_draws_one_at_a_time_where_the_model_does_not_vectorise(backend, hierarchical):
+    build, _, _, data, (g, y), result = hierarchical
+    model, guide = build(vectorised=False)
+    if backend.name == "pyro":
+        with pytest.warns(UserWarning, match="could not be run for all draws at once"):
+            idata = backend.lib.to_inference_data(model, guide, data, num_samples=8, num_chains=2, result=result)
+    else:
+        idata = backend.lib.to_inference_data(model, guide, data, num_samples=8, num_chains=2, result=result)
+    serial = backend.lib.to_inference_data(model, guide, data, num_samples=8, num_chains=2, result=result, parallel=False)
+    for exported in (idata, serial):
+        assert exported.log_likelihood["y"].shape == (2, 4, ROWS)
+        np.testing.assert_allclose(exported.log_likelihood["y"].values, _recomputed_log_lik(exported, g, y), rtol=1e-10)
+    assert set(serial.posterior.data_vars) == set(idata.posterior.data_vars)
+
+
+def test_both_backends_export_the_same_variables_and_dims():
+    from backends import NumPyroBackend, PyroBackend
+
+    layouts = []
+    for backend in (PyroBackend(), NumPyroBackend()):
+        backend.reset()
+        rng = np.random.default_rng(3)
+        X = rng.uniform(-2, 2, (ROWS, 1))
+        data = (backend.array(X), backend.array(rng.integers(0, GROUPS, ROWS), dtype=np.int64),
+                backend.array(rng.integers(0, 2, ROWS)))
+        model, guide = backend.hierarchical_model(backend.svgp(X[:M].copy()), GROUPS, BATCH)
+        idata = backend.lib.to_inference_data(model, guide, data, num_samples=4, num_chains=2)
+        layouts.append({group: {k: v.dims for k, v in idata[group].data_vars.items()}
+                        for group in ("posterior", "posterior_predictive", "log_likelihood", "observed_data")})
+    assert layouts[0] == layouts[1]
+
+
+def test_more_than_one_subsampling_plate_is_refused():
+    from sparsegp_common.diagnostics import full_data_chunks, subsampling_plate
+
+    assert subsampling_plate({("data", 10, None), ("groups", 3, 3)}) is None
+    assert subsampling_plate({("data", 10, 4), ("groups", 3, None)}) == ("data", 10, 4)
+    with pytest.raises(ValueError, match="'a', 'b' all subsample.*subsample_size=None"):
+        subsampling_plate({("a", 10, 4), ("b", 8, 2)})
+    np.testing.assert_array_equal(full_data_chunks(5, 2), [[0, 1], [2, 3], [4, 0]])

@@ -33,9 +33,10 @@ def fit(x, g, y, num_groups, num_steps=1500, batch_size=256, elbo=None, seed=0):
         data = numpyro.plate("data", len(x), subsample_size=batch_size)
         f = gp.model(x, data)  # (batch,) -- call it outside the plate: u is global
         scale = numpyro.sample("scale", dist.HalfNormal(1.0))
-        effect = numpyro.sample("effect", dist.Normal(0.0, scale).expand([num_groups]).to_event(1))
-        with data as idx:
-            numpyro.sample("y", dist.Poisson(jnp.exp(f + effect[g[idx]])), obs=y[idx])
+        with numpyro.plate("groups", num_groups):
+            effect = numpyro.sample("effect", dist.Normal(0.0, scale))
+        with data as idx:  # effect[..., g]: the export can then draw all draws at once
+            numpyro.sample("y", dist.Poisson(jnp.exp(f + effect[..., g[idx]])), obs=y[idx])
 
     autoguide = AutoNormal(handlers.block(model, hide=list(gp.site_names)))
 

@@ -34,9 +34,10 @@ def fit(x, g, y, num_groups, num_steps=1500, batch_size=256, elbo=None, seed=0):
         data = pyro.plate("data", len(x), subsample_size=batch_size)
         f = gp.model(x, data)  # (batch,) -- call it outside the plate: u is global
         scale = pyro.sample("scale", dist.HalfNormal(1.0))
-        effect = pyro.sample("effect", dist.Normal(0.0, scale).expand([num_groups]).to_event(1))
-        with data as idx:
-            pyro.sample("y", dist.Poisson(torch.exp(f + effect[g[idx]])), obs=y[idx])
+        with pyro.plate("groups", num_groups):
+            effect = pyro.sample("effect", dist.Normal(0.0, scale))
+        with data as idx:  # effect[..., g]: the export can then draw all draws at once
+            pyro.sample("y", dist.Poisson(torch.exp(f + effect[..., g[idx]])), obs=y[idx])
 
     autoguide = AutoNormal(poutine.block(model, hide=list(gp.site_names)))
 

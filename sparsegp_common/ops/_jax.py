@@ -110,7 +110,7 @@ def blockwise_sum(block, size, chunk, like):
 
 
 def categorical(key, logits, shape):
-    return jax.random.categorical(key, logits, shape=tuple(shape))
+    return jax.random.categorical(key, logits, shape=tuple(shape) + tuple(logits.shape[:-1]))
 
 
 def bincount(index, length, dtype):
@@ -192,3 +192,8 @@ def quantile(x, q, axis=0, method="linear"):
 def as_index(x):
     """Integer labels as the library's index dtype (int32)."""
     return jnp.asarray(x, jnp.int32)
+
+
+def when_any(flags, if_any, otherwise):
+    """As the torch version, by ``lax.cond`` (one branch runs; both under ``vmap``)."""
+    return lax.cond(jnp.any(flags), if_any, otherwise)

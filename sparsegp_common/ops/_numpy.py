@@ -60,8 +60,12 @@ def blockwise_sum(block, size, chunk, like):
 
 
 def categorical(key, logits, shape):
-    p = np.exp(logits - logits.max())
-    return (np.random if key is None else key).choice(len(p), size=shape, p=p / p.sum())
+    rng = np.random if key is None else key
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    if p.ndim == 1:
+        return rng.choice(len(p), size=shape, p=p / p.sum())
+    cdf = np.cumsum(p / p.sum(axis=-1, keepdims=True), axis=-1)
+    return (rng.random(tuple(shape) + cdf.shape[:-1])[..., None] > cdf).sum(axis=-1)
 
 
 def bincount(index, length, dtype):
@@ -141,3 +145,7 @@ def quantile(x, q, axis=0, method="linear"):
 
 def as_index(x):
     return np.asarray(x).astype(np.int64)
+
+
+def when_any(flags, if_any, otherwise):
+    return if_any() if np.any(flags) else otherwise()

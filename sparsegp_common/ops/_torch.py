@@ -127,10 +127,13 @@ def blockwise_sum(block, size, chunk, like):
 
 
 def categorical(key, logits, shape):
-    """Indices ``shape`` drawn with probabilities ``softmax(logits)`` (``logits`` ``(P,)``; ``key``: a
-    ``torch.Generator`` or None, the global RNG), as ``Categorical(logits=logits).sample(shape)`` draws them."""
+    """Indices ``shape + logits.shape[:-1]`` drawn with probabilities ``softmax(logits)`` along
+    the last axis (``key``: a ``torch.Generator`` or None, the global RNG), as
+    ``Categorical(logits=logits).sample(shape)`` draws them."""
     probs = torch.distributions.Categorical(logits=logits).probs
-    return torch.multinomial(probs, math.prod(shape), replacement=True, generator=key).reshape(shape)
+    batch = tuple(probs.shape[:-1])
+    draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), math.prod(shape), replacement=True, generator=key)
+    return draws.reshape(batch + tuple(shape)).permute(*range(len(batch), len(batch) + len(shape)), *range(len(batch)))
 
 
 def bincount(index, length, dtype):
@@ -257,3 +260,8 @@ def quantile(x, q, axis=0, method="linear"):
 def as_index(x):
     """Integer labels as the library's index dtype (int64)."""
     return x.long()
+
+
+def when_any(flags, if_any, otherwise):
+    """``if_any()`` if any of ``flags`` is set, else ``otherwise()`` (the flag is read back)."""
+    return if_any() if bool(flags.any()) else otherwise()
