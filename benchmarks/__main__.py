@@ -14,6 +14,7 @@ SUITES = {
     "cox": "benchmarks.cox",
     "vof": "benchmarks.vof",
     "dbk": "benchmarks.dbk",
+    "export": "benchmarks.export",
 }
 
 

@@ -76,6 +76,18 @@ def test_accuracy_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_export_quick(tmp_path):
+    stdout, rows = run_suite("export", tmp_path)
+    assert table_lines(stdout)[0].startswith("| backend | model at export | draws | points | log_likelihood shape |")
+    assert [(row["backend"], row["variant"]) for row in rows] == [
+        (b, v) for b in ("pyro", "numpyro") for v in ("subsampling plate", "full plate")]
+    for row in rows:
+        check_meta(row, "export")
+        assert row["error"] == "" and row["seconds"] > 0
+        assert row["shape"] == [4, row["draws"] // 4, row["points"]]  # every observation, once
+
+
+@pytest.mark.slow
 def test_decoupled_quick(tmp_path):
     stdout, rows = run_suite("decoupled", tmp_path)
     lines = table_lines(stdout)
