@@ -1,5 +1,7 @@
 """Prediction: batched latent moments, predictive moments and quantiles of y through every
 likelihood (against quadrature references), joint posterior samples and parameter substitution."""
+import logging
+
 import numpy as np
 import pytest
 
@@ -114,21 +116,29 @@ def test_bad_prediction_arguments(backend, kwargs, match):
         model.predict_y(X[:, :1])
 
 
-def test_numpyro_predictions_compile_once_per_object_and_shape():
+def test_numpyro_predictions_compile_once_per_object_and_shape(caplog):
     """A second call with the same object and shapes (other parameter values included) reuses the
-    compiled program; another batch shape, option or object compiles a new one."""
-    from numpyro_sparsegp import predict
+    compiled program; another batch shape, option or object compiles a new one. Compilations are
+    counted from JAX's compile log: the sizes of the jit caches also move with evictions from the
+    process-wide cache that other tests fill."""
+    import jax
 
     backend = NumPyroBackend()
     model, X, _ = build(backend, "gaussian", whiten=True, diagonal=False)
-    model.predict_f(X, batch_size=8)
-    model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
-    counts = predict._compiled_moments._cache_size(), predict._compiled_predictive._cache_size()
-    first = backend.numpy(model.predict_f(X, batch_size=8)[0])
-    model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
-    moved = model.predict_f(X, batch_size=8, params={"gp.q_mu": backend.array(np.zeros(7))})[0]
-    assert (predict._compiled_moments._cache_size(), predict._compiled_predictive._cache_size()) == counts
-    np.testing.assert_allclose(backend.numpy(moved), 0.0, atol=1e-14)  # the values are not baked in
-    np.testing.assert_array_equal(backend.numpy(model.predict_f(X, batch_size=8)[0]), first)
-    model.predict_f(X, batch_size=5)
-    assert predict._compiled_moments._cache_size() == counts[0] + 1
+
+    def compiled(*names):
+        messages = [r.getMessage() for r in caplog.records]
+        return tuple(sum(m.startswith(f"Compiling jit({n})") for m in messages) for n in names)
+
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        model.predict_f(X, batch_size=8)
+        model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
+        assert compiled("_compiled_moments", "_compiled_predictive") == (1, 1)
+        first = backend.numpy(model.predict_f(X, batch_size=8)[0])
+        model.predict_y(X, batch_size=8, quantiles=(0.1, 0.9))
+        moved = model.predict_f(X, batch_size=8, params={"gp.q_mu": backend.array(np.zeros(7))})[0]
+        assert compiled("_compiled_moments", "_compiled_predictive") == (1, 1)
+        np.testing.assert_allclose(backend.numpy(moved), 0.0, atol=1e-14)  # the values are not baked in
+        np.testing.assert_array_equal(backend.numpy(model.predict_f(X, batch_size=8)[0]), first)
+        model.predict_f(X, batch_size=5)
+        assert compiled("_compiled_moments") == (2,)
