@@ -119,8 +119,8 @@ def test_bad_prediction_arguments(backend, kwargs, match):
 def test_numpyro_predictions_compile_once_per_object_and_shape(caplog):
     """A second call with the same object and shapes (other parameter values included) reuses the
     compiled program; another batch shape, option or object compiles a new one. Compilations are
-    counted from JAX's compile log: the sizes of the jit caches also move with evictions from the
-    process-wide cache that other tests fill."""
+    counted from JAX's compile log: the sizes of the jit caches, counted before, once failed to grow
+    for a new shape in a full run (eviction from JAX's process-wide cache is the suspect)."""
     import jax
 
     backend = NumPyroBackend()
