@@ -22,11 +22,11 @@ __all__ = ["to_inference_data", "trace_floor"]
 
 
 def _draw(model, guide, data, num_samples, seed, params, kwargs, parallel):
-    if params is not None:  # let a guide not yet run (an autoguide) create its parameters first
-        with torch.no_grad(), torch.random.fork_rng():
-            _traces(model, guide, data, kwargs)
-    with _replaying(params, seed):
+    # the plates' layout, before the fitted values are substituted: a guide not yet run (an
+    # autoguide) then creates its parameters here
+    with torch.no_grad(), torch.random.fork_rng():
         probe = _traces(model, guide, data, kwargs)
+    with _replaying(params, seed):
         sites = [s for t in probe for s in t.nodes.values()]
         plate = subsampling_plate({(s["name"], s["fn"].size, s["fn"].subsample_size) for s in sites if site_is_subsample(s)})
         device = next((s["value"].device for s in sites if plate is not None and s["name"] == plate[0]), None)

@@ -98,8 +98,8 @@ def _graded_offsets(levels, span, panel):
 
 def graded(fn, mean, var, center, width, levels=5, nodes=6, span=9.0, panel=1.5):
     """``E[fn(f)]``, ``f ~ N(mean, var)``, for ``fn`` analytic but for singularities off the real
-    line at distance ``width`` from ``center`` (``fn`` as in :func:`gauss_hermite`; ``levels * 2
-    + 2 * span / panel`` panels of ``nodes`` Gauss-Legendre nodes per element).
+    line at distance ``width`` from ``center`` (``fn`` as in :func:`gauss_hermite`; ``2 levels + 2
+    span / panel + 1`` panels of ``nodes`` Gauss-Legendre nodes per element).
 
     In standard units ``z = (f - mean) / sd`` the panels end at the bend, at ``2^j`` bend widths
     either side of it, and on a uniform grid of step ``panel`` over ``[-span, span]`` (the mass
