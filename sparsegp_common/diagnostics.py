@@ -1,7 +1,7 @@
 """``to_inference_data`` written once (:func:`make_to_inference_data`) around each backend's way of
 drawing from a guide and replaying the model: argument checks, the walk over the full data of a
 plate that subsamples (:func:`full_data_draws`), dimension names after plates, and the
-``arviz.InferenceData`` assembled from NumPy arrays."""
+ArviZ data (``InferenceData`` under ArviZ 0.x, ``DataTree`` under 1.x) assembled from NumPy arrays."""
 import dataclasses
 
 import numpy as np
@@ -138,8 +138,18 @@ def site_dims(name, shape, event_dim, plates):
     return dims
 
 
+def arviz_major():
+    """The installed ArviZ's major version (0: ``InferenceData``; 1: an xarray ``DataTree`` built by
+    ``arviz_base``)."""
+    import arviz as az
+
+    return int(az.__version__.split(".")[0])
+
+
 def inference_data(posterior, predictive, log_likelihood, observed, dims, num_chains, losses=None):
-    """Assemble the ``InferenceData``.
+    """Assemble what the installed ArviZ works with, by its own ``from_dict``: an
+    ``arviz.InferenceData`` under ArviZ 0.x, an ``xarray.DataTree`` under 1.x. Both have the same
+    groups, variables and dims, with the draws along ``(chain, draw)``.
 
     Args:
         posterior, predictive, log_likelihood: ``{site: (num_samples, *shape)}`` arrays.
@@ -149,31 +159,40 @@ def inference_data(posterior, predictive, log_likelihood, observed, dims, num_ch
         losses: optional loss history of the fit; stored as ``sample_stats.elbo = -losses``
             along a ``step`` dimension.
     """
-    import arviz as az
     import xarray as xr
 
     def chains(group):
         return {k: np.reshape(np.asarray(v), (num_chains, -1) + np.shape(v)[1:]) for k, v in group.items()}
 
-    data = az.from_dict(
-        posterior=chains(posterior),
-        posterior_predictive=chains(predictive),
-        log_likelihood=chains(log_likelihood),
-        observed_data={k: np.asarray(v) for k, v in observed.items()},
-        dims=dims,
-    )
+    groups = {"posterior": chains(posterior), "posterior_predictive": chains(predictive),
+              "log_likelihood": chains(log_likelihood),
+              "observed_data": {k: np.asarray(v) for k, v in observed.items()}}
+    stats = None
     if losses is not None:
         elbo = -np.asarray(losses, dtype=np.float64)
-        data.add_groups(sample_stats=xr.Dataset({"elbo": (("step",), elbo)}, coords={"step": np.arange(1, len(elbo) + 1)}))
+        stats = xr.Dataset({"elbo": (("step",), elbo)}, coords={"step": np.arange(1, len(elbo) + 1)})
+    if arviz_major() >= 1:
+        import arviz_base
+
+        data = arviz_base.from_dict(groups, dims=dims)
+        if stats is not None:
+            data["sample_stats"] = xr.DataTree(stats)
+        return data
+    import arviz as az
+
+    data = az.from_dict(**groups, dims=dims)
+    if stats is not None:
+        data.add_groups(sample_stats=stats)
     return data
 
 
-TO_INFERENCE_DATA = """Draws from the guide turned into an ``arviz.InferenceData``.
+TO_INFERENCE_DATA = """Draws from the guide turned into ArviZ data: an ``arviz.InferenceData`` under
+    ArviZ 0.x, an ``xarray.DataTree`` under ArviZ 1.x, with the same groups and dims.
 
     Groups: ``posterior`` (the guide's latent sites in constrained space; guide internals such
     as an autoguide's auxiliary sites are left out), ``posterior_predictive`` and
     ``log_likelihood`` (every observed site of the model, replayed on each draw; pointwise, so
-    ``az.loo`` and ``az.waic`` run), ``observed_data``, and ``sample_stats.elbo`` (the ELBO of
+    ``az.loo`` and ``az.compare`` run), ``observed_data``, and ``sample_stats.elbo`` (the ELBO of
     every training step, when ``result`` is given). Dimensions are named after the plates.
 
     A plate that subsamples during training (``subsample_size``) is walked over its full data in

@@ -16,6 +16,8 @@ SHARED = pathlib.Path(os.environ.get("SPARSEGP_DATA", ROOT.parent / "shared" / "
 @pytest.mark.skipif(not (SHARED / "point_patterns").is_dir(), reason=f"{SHARED}/point_patterns is absent")
 @pytest.mark.parametrize("backend", ["pyro", "numpyro"])
 def test_cox_tutorial(backend, tmp_path):
+    if backend == "pyro":
+        pytest.importorskip("torch")  # absent from the newest-versions tier
     result = subprocess.run(
         [sys.executable, str(ROOT / "tutorials" / "cox_processes.py"), "--quick", "--backend", backend,
          "--data-dir", str(SHARED), "--output-dir", str(tmp_path)],

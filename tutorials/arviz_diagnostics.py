@@ -49,19 +49,31 @@ def fit_and_export(backend, t, y, num_inducing, steps, quick):
 def main(backend="pyro", quick=False, output=None):
     import arviz as az
 
-    output = output or f"outputs/arviz_{backend}.png"
+    output = pathlib.Path(output or f"outputs/arviz_{backend}.png")
+    output.parent.mkdir(parents=True, exist_ok=True)
     t, y = simulate(300 if quick else 1000)
     steps = 600 if quick else 3000
     fits = {f"M={m}": fit_and_export(backend, t, y, m, steps, quick) for m in (24, 3)}
-    comparison = az.compare(fits, ic="loo")
-    print(comparison[["rank", "elpd_loo", "p_loo", "elpd_diff", "dse"]].to_string())
+    # ArviZ 1.x renamed the columns (elpd_loo -> elpd, p_loo -> p)
+    arviz_1 = int(az.__version__.split(".")[0]) >= 1
+    elpd, p = ("elpd", "p") if arviz_1 else ("elpd_loo", "p_loo")
+    comparison = az.compare(fits) if arviz_1 else az.compare(fits, ic="loo")
+    print(comparison[["rank", elpd, p, "elpd_diff", "dse"]].to_string())
     loo = az.loo(fits["M=24"], pointwise=True)
-    print(f"M=24: elpd_loo {loo.elpd_loo:.1f}, max Pareto k {float(loo.pareto_k.max()):.2f}")
-    plot(fits, loo, output)
+    print(f"M=24: elpd_loo {getattr(loo, elpd):.1f}, max Pareto k {float(loo.pareto_k.max()):.2f}")
+    (plot_arviz_1 if arviz_1 else plot)(fits, loo, output)
     return comparison
 
 
+def plot_elbo(fits, ax):
+    for name, data in fits.items():
+        ax.plot(data["sample_stats"]["step"], data["sample_stats"]["elbo"], label=name)
+    ax.set(title="ELBO during training", xlabel="step", yscale="symlog")
+    ax.legend()
+
+
 def plot(fits, loo, output):
+    """ArviZ 0.x: one figure of four panels."""
     import arviz as az
     import matplotlib
 
@@ -69,10 +81,7 @@ def plot(fits, loo, output):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for name, data in fits.items():
-        axes[0, 0].plot(data.sample_stats["step"], data.sample_stats["elbo"], label=name)
-    axes[0, 0].set(title="ELBO during training", xlabel="step", yscale="symlog")
-    axes[0, 0].legend()
+    plot_elbo(fits, axes[0, 0])
     az.plot_ppc(fits["M=24"], num_pp_samples=100, ax=axes[0, 1])
     axes[0, 1].set_title("posterior predictive check (M=24)")
     az.plot_loo_pit(fits["M=24"], y="y", ax=axes[1, 0])
@@ -80,9 +89,31 @@ def plot(fits, loo, output):
     az.plot_khat(loo, ax=axes[1, 1], show_bins=True)
     axes[1, 1].set_title("Pareto k (M=24)")
     fig.tight_layout()
-    pathlib.Path(output).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=100)
     print(f"wrote {output}")
+
+
+def plot_arviz_1(fits, loo, output):
+    """ArviZ 1.x draws each plot on a figure of its own: the ELBO panel in ``output``, the
+    posterior predictive check, LOO-PIT and Pareto k beside it (``<output>_ppc.png``, ...)."""
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_elbo(fits, ax)
+    fig.tight_layout()
+    fig.savefig(output, dpi=100)
+    written = [output]
+    for suffix, draw in (("ppc", lambda: az.plot_ppc_dist(fits["M=24"], num_samples=100)),
+                         ("loo_pit", lambda: az.plot_loo_pit(fits["M=24"])),
+                         ("khat", lambda: az.plot_khat(loo))):
+        path = output.with_name(f"{output.stem}_{suffix}{output.suffix}")
+        draw().savefig(path, dpi=100)
+        written.append(path)
+    print("wrote " + ", ".join(map(str, written)))
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ def coal(backend, pattern, steps, output_dir, num_draws):
     idata = backend.lib.to_inference_data(model, data=(backend.array(pattern.events),), num_samples=num_draws,
                                           result=result)
     loo = az.loo(idata)
-    print(f"coal: elpd_loo {loo.elpd_loo:.1f} over {loo.n_data_points} events, "
+    elpd = loo.elpd if hasattr(loo, "elpd") else loo.elpd_loo  # ArviZ 1.x renamed it
+    print(f"coal: elpd_loo {elpd:.1f} over {loo.n_data_points} events, "
           f"max Pareto k {float(loo.pareto_k.max()):.2f}")
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
