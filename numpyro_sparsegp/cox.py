@@ -10,12 +10,14 @@ from numpyro import handlers
 from numpyro.distributions import Distribution, constraints
 
 from sparsegp_common import cox as core
+from sparsegp_common.raster import PixelRule
 from sparsegp_common.windows import Binned, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
 
 from . import checks, predict, sites
 from .linalg import cholesky
 
-__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "Rectangle", "StratifiedMC", "UserRule"]
+__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "PixelRule", "Rectangle", "StratifiedMC",
+           "UserRule"]
 
 
 class CoxEvents(core.CoxEvents, Distribution):

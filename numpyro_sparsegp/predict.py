@@ -35,10 +35,10 @@ def _values(params, *objects):
     return {name: site["value"] for name, site in trace.items() if site["type"] == "param"}
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _compiled_moments(Xb, batch, values, prior, full_cov):
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))
+def _compiled_moments(Xb, batch, values, prior, full_cov, part):
     with handlers.substitute(data=values):
-        return prior.bind().posterior().marginals(Xb, full_cov=full_cov)
+        return prior.bind().posterior(part).marginals(Xb, full_cov=full_cov)
 
 
 @functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
@@ -54,11 +54,11 @@ def _compiled_predictive(Xb, batch, values, key, prior, likelihood, levels, num_
         return moments, q.T  # batches are concatenated along the first axis
 
 
-def _moments(prior, X, full_cov, batch_size, params):
+def _moments(prior, X, full_cov, batch_size, params, part="f"):
     values = _values(params, prior)
     if full_cov:
-        return _compiled_moments(X, 0, values, prior, True)
-    return _map_batches(_compiled_moments, X, batch_size, values, prior, False)
+        return _compiled_moments(X, 0, values, prior, True, part)
+    return _map_batches(_compiled_moments, X, batch_size, values, prior, False, part)
 
 
 def _predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params):

@@ -1,7 +1,7 @@
 """Scalable variational Gaussian-process priors for Pyro."""
-from . import conditionals, datasets, dbk, kernels, likelihoods, quadrature, variational, vof
+from . import conditionals, datasets, dbk, kernels, likelihoods, mean_functions, quadrature, variational, vof
 from .conditionals import conditional
-from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
+from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, PixelRule, Rectangle, StratifiedMC, UserRule
 from .dbk import ExactDBK, SVDBK, SVDBKPosterior
 from .decoupled import DecoupledGP
 from .diagnostics import to_inference_data
@@ -10,6 +10,7 @@ from .features import Features, InducingPoints, Kuf, Kuu
 from .kernels import RBF, Matern12, Matern32, Matern52, Product, SquaredExponential, Sum
 from .likelihoods import Bernoulli, Gaussian, Poisson, Softmax, StudentT
 from .linalg import CholeskyError, cholesky
+from .mean_functions import Constant, Covariates, Linear, MeanFunction, Raster, Zero
 from .models import GPModel
 from .predict import Prediction, predict_f, predict_y, sample_f
 from .priors import GPPrior
@@ -18,13 +19,13 @@ from .training import FitResult, fit
 from .vof import CollapsedELBO, FourierFeatures, HermiteFeatures, LegendreFeatures, SpectralFeatures, VOFModel
 
 __all__ = [
-    "Bernoulli", "Binned", "CholeskyError", "CollapsedELBO", "CoxEvents", "CoxProcess",
+    "Bernoulli", "Binned", "CholeskyError", "CollapsedELBO", "Constant", "Covariates", "CoxEvents", "CoxProcess",
     "DecoupledGP", "ExactDBK", "ExpectedLikelihood", "Features", "FitResult", "FourierFeatures",
     "GPModel", "GPPrior", "GaussLegendre", "Gaussian", "HermiteFeatures", "InducingPoints",
-    "Interval", "Kuf", "Kuu", "LegendreFeatures", "Matern12", "Matern32", "Matern52", "Poisson",
-    "Prediction", "Product", "RBF", "Rectangle", "SVDBK", "SVDBKPosterior", "SVGP", "Softmax",
+    "Interval", "Kuf", "Kuu", "LegendreFeatures", "Linear", "MeanFunction", "Matern12", "Matern32", "Matern52", "PixelRule",
+    "Poisson", "Prediction", "Product", "RBF", "Raster", "Rectangle", "SVDBK", "SVDBKPosterior", "SVGP", "Softmax",
     "SpectralFeatures", "SquaredExponential", "StratifiedMC", "StudentT", "Sum", "UserRule",
-    "VOFModel", "cholesky", "conditional", "conditionals", "datasets", "dbk", "fit", "kernels",
-    "likelihoods", "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data",
+    "VOFModel", "Zero", "cholesky", "conditional", "conditionals", "datasets", "dbk", "fit", "kernels",
+    "likelihoods", "mean_functions", "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data",
     "variational", "vof",
 ]

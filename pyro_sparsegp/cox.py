@@ -6,11 +6,13 @@ from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 
 from sparsegp_common import cox as core
+from sparsegp_common.raster import PixelRule
 from sparsegp_common.windows import Binned, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
 
 from . import checks, predict, sites
 
-__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "Rectangle", "StratifiedMC", "UserRule"]
+__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "PixelRule", "Rectangle", "StratifiedMC",
+           "UserRule"]
 
 
 class CoxEvents(core.CoxEvents, TorchDistribution):

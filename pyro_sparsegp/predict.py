@@ -29,9 +29,9 @@ def _evaluating(module, params, seed=None):
         yield
 
 
-def _moments(prior, X, full_cov, batch_size, params):
+def _moments(prior, X, full_cov, batch_size, params, part="f"):
     with _evaluating(prior, params):
-        posterior = prior.posterior()
+        posterior = prior.posterior(part)
         if full_cov:
             return posterior.marginals(X, full_cov=True)
         parts = [posterior.marginals(Xb) for Xb in X.split(batch_size)]

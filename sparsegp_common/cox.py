@@ -19,6 +19,7 @@ Random integration points draw from torch's global RNG in Pyro (seed it with
 ``pyro.set_rng_seed``) and from ``key``, by default ``numpyro.prng_key()``, in NumPyro.
 """
 import numbers
+import warnings
 
 import numpy as np
 
@@ -91,10 +92,14 @@ class CoxProcess(Documented):
             ``posterior()`` (``marginals``, ``kl``) is used, so every prior works.
         window: an ``Interval``, ``Rectangle`` or ``UserRule`` (``sparsegp_common.windows``), or
             bounds ``(d, 2)`` such as ``PointPattern.window``.
-        integration: ``GaussLegendre(n)``, ``StratifiedMC(n)`` or ``Binned(n)`` (n per
-            dimension); None: Gauss-Legendre with 64 nodes in 1-D, 32 x 32 in 2-D.
+        integration: ``StratifiedMC(n)``, ``GaussLegendre(n)``, ``Binned(n)`` (n per dimension)
+            or a raster's ``PixelRule``; None: ``StratifiedMC`` with 64 cells in 1-D, 32 x 32 in
+            2-D, fresh nodes every step (unbiased; fixed nodes let the optimiser hide intensity
+            between them, and a fixed rule warns when a lengthscale falls below their spacing).
         offset: a number, or a function ``offset(X (N, d)) -> (N,)`` of known log-intensity
-            terms (covariates, log exposure). Set it near ``log(n / |W|)``: the prior is zero-mean.
+            terms (log exposure). Set it near ``log(n / |W|)``, or give the prior a learnable
+            ``Constant`` mean (``mean_function=``); covariates with learnable coefficients are a
+            ``Covariates`` mean function.
         num_events: size of the whole pattern when ``model`` is given external minibatches of
             events; by default the number of events passed.
         integration_batch: evaluate the integral on this many of the rule's points drawn at
@@ -118,6 +123,9 @@ class CoxProcess(Documented):
             raise ValueError(f"the window is {self.window.dim}-D but the prior takes {prior.input_dim}-D inputs")
         self.rule = windows.as_rule(integration, self.window)
         self.layout = windows.rule_layout(self.rule, self.window)
+        fixed = not (self.rule.random or self.rule.binned)
+        self.spacing = windows.node_spacing(self.layout, self.window) if fixed else None
+        self._warned = False
         if not (callable(offset) or (isinstance(offset, numbers.Real) and np.isfinite(offset))):
             raise TypeError(f"offset must be a finite number or a function of X, got {offset!r}")
         self.offset = offset
@@ -209,6 +217,7 @@ class CoxProcess(Documented):
         events = self._events(events)
         sites = self._sites
         with sites.bound(self.prior) as (prior,):
+            self._check_resolution(prior)
             posterior = prior.posterior()
             prior.sample_global_sites(posterior, guide=False)
             if self.rule.binned:
@@ -237,6 +246,27 @@ class CoxProcess(Documented):
             log_intensity = posterior.marginals(events)[0] + self._offset(events)
             xp = namespace(log_intensity)
             return scale * xp.sum(log_intensity) - self._integral(posterior, key) - posterior.kl()
+
+    def _check_resolution(self, prior):
+        """Warn (once) when a lengthscale of the prior's kernel falls below the spacing of a fixed
+        rule's nodes: the optimiser can then put intensity between the nodes, where the integral
+        does not see it, and the loss runs away. Runs on the host (in NumPyro when the compiled
+        step runs)."""
+        lengthscale = getattr(getattr(prior, "kernel", None), "lengthscale", None)
+        if self.spacing is None or self._warned or lengthscale is None:
+            return
+        backend(lengthscale).host_callback(self._warn_below_spacing, lengthscale)
+
+    def _warn_below_spacing(self, lengthscale):
+        shortest = np.min(np.reshape(lengthscale, (-1, lengthscale.shape[-1])), axis=0)
+        if self._warned or not np.any(shortest < self.spacing):
+            return
+        self._warned = True
+        warnings.warn(
+            f"CoxProcess {self.name!r}: a lengthscale of the kernel ({np.round(shortest, 4).tolist()}) fell below the "
+            f"spacing of the fixed integration rule's nodes ({np.round(self.spacing, 4).tolist()}), so the intensity can "
+            "grow between the nodes unseen by the integral. Use the default randomised rule (integration=None, or "
+            "StratifiedMC), a finer rule, or a prior on longer lengthscales.", UserWarning)
 
     # ------------------------------------------------------------ diagnostics
 
@@ -274,23 +304,27 @@ class CoxProcess(Documented):
 
     # ------------------------------------------------------------ prediction
 
-    def intensity(self, X, quantiles=(0.025, 0.975), batch_size=4096, params=None):
-        """Posterior intensity ``lambda = exp(f + offset)`` at ``X``, log-normal under ``q(f)``.
+    def intensity(self, X, quantiles=(0.025, 0.975), batch_size=4096, part="f", params=None):
+        """Posterior intensity ``lambda = exp(f + offset)`` at ``X``, log-normal under ``q(f)``,
+        or one factor of it: ``part="mean"``, ``exp(m + offset)`` of the prior's mean function
+        and the offset (the covariate part; no uncertainty for fitted coefficients), or
+        ``part="gp"``, ``exp(g)`` of the zero-mean GP (the residual relative intensity).
 
         Args:
             X: ``(N, d)`` locations (e.g. a grid over the window).
             quantiles: levels in (0, 1) of the credible bands (exact: ``exp(m + z_q sqrt(v))``), or None.
-            batch_size, params: as for the backend's ``predict.predict_f``.
+            batch_size, part, params: as for the backend's ``predict.predict_f``.
 
         Returns:
             Prediction: ``mean = exp(m + v / 2 + offset)`` ``(N,)``, ``variance`` ``(N,)`` and
             ``quantiles`` ``(Q, N)``.
         """
         levels = None if quantiles is None else self._checks.probabilities(quantiles, "quantiles")
-        mean, var = self._predict.predict_f(self.prior, X, batch_size=batch_size, params=params)
-        X = backend(mean).cast_like(self._checks.inputs(X, "X", self.window.dim), mean)
-        offset = backend(mean).stop_gradient(self._offset(X))  # a prediction, as predict_f's moments
-        return Prediction(*lognormal_summary(mean + offset, var, levels))
+        mean, var = self._predict.predict_f(self.prior, X, batch_size=batch_size, part=part, params=params)
+        if part != "gp":
+            X = backend(mean).cast_like(self._checks.inputs(X, "X", self.window.dim), mean)
+            mean = mean + backend(mean).stop_gradient(self._offset(X))  # a prediction, as predict_f's moments
+        return Prediction(*lognormal_summary(mean, var, levels))
 
     def simulate(self, num_samples=1, seed=0, params=None):
         """Patterns from the posterior predictive by thinning: per pattern, one joint draw of

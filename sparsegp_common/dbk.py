@@ -523,14 +523,17 @@ class SVDBK(_DeepBasis, GPPrior):
             :class:`ExactDBK` for why the scale is a parameter of its own).
         variance_correction: add ``c(x)`` (False: the "-c" ablation).
         diagonal: mean-field ``q_sqrt`` ``(r,)`` instead of a full factor ``(r, r)``.
+        mean_function: a :class:`~sparsegp_common.mean_functions.MeanFunction` ``m`` (``f = m + g``);
+            None: zero.
         name: prefix of the parameter and site names.
 
     ``q`` starts at the prior (``q_mu = 0``, ``q_sqrt = I``).
     """
 
-    def __init__(self, net, *, variance=1.0, variance_correction=True, diagonal=False, name="gp"):
+    def __init__(self, net, *, variance=1.0, variance_correction=True, diagonal=False, mean_function=None, name="gp"):
         super().__init__(name)
         like = self._setup(net, variance_correction)
+        self._set_mean_function(mean_function, like)
         self.family = variational.family(check_flag(diagonal, "diagonal"))
         q_mu, q_sqrt = self.family.initial(net.rank, (), like)
         self._param("q_mu", q_mu)
@@ -541,12 +544,12 @@ class SVDBK(_DeepBasis, GPPrior):
     def site_names(self):
         return super().site_names + tuple(f"{self.name}.{s}" for s in ("w", "eps"))
 
-    def posterior(self):
+    def _posterior(self):
         return SVDBKPosterior(self)
 
     def prior_variance(self, X):
         """The (corrected) prior variance ``|phi(x)|^2 + c(x)``, ``M`` the max over ``X``: ``(N,)``."""
-        sq = _sq_norms(self.posterior().features(X))
+        sq = _sq_norms(self._posterior().features(X))
         return sq + correction(sq) if self.variance_correction else sq
 
     def calibrate(self, X, params=None, batch_size=4096):
@@ -580,7 +583,7 @@ class SVDBK(_DeepBasis, GPPrior):
             w = self._ppl.sample(f"{self.name}.w", posterior.prior_u())
             with prior._data(X, plate) as Xb:
                 Phi = posterior.features(Xb)
-                f = Phi @ w
+                f = prior.add_mean(Phi @ w, Xb)
                 if self.variance_correction:
                     xp = namespace(f)
                     c = correction(_sq_norms(Phi))
@@ -626,8 +629,8 @@ class CalibratedSVDBK:
     def input_dim(self):
         return self.prior.input_dim
 
-    def posterior(self):
-        return SVDBKPosterior(self.prior, self.max_sq_norm)
+    def posterior(self, part="f"):
+        return self.prior._with_mean(SVDBKPosterior(self.prior, self.max_sq_norm), part)
 
 
 class SVDBKPosterior:

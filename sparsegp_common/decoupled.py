@@ -66,6 +66,8 @@ class DecoupledGP(GPPrior):
             active (masks ``<name>.alpha_mask``/``<name>.beta_mask``); grow them with
             :meth:`add_basis`. None: every point is active and there are no masks.
         jitter: added to the diagonal of ``K_beta`` (hybrid only).
+        mean_function: a :class:`~sparsegp_common.mean_functions.MeanFunction` ``m`` (``f = m + g``);
+            None: zero.
         name: prefix of the parameter and sample-site names.
 
     ``a = 0`` and ``L = 1e-3 I`` at the start (``L = 0`` would be a stationary point); the hybrid
@@ -75,7 +77,8 @@ class DecoupledGP(GPPrior):
     prior_variance = SVGP.prior_variance
 
     def __init__(self, kernel, Z_alpha, Z_beta, *, parametrization="jacobi", num_latent=None, kl_chunk_size=1024,
-                 kl_subsample_size=None, active_alpha=None, active_beta=None, jitter=1e-6, name="gp"):
+                 kl_subsample_size=None, active_alpha=None, active_beta=None, jitter=1e-6, mean_function=None,
+                 name="gp"):
         super().__init__(name)
         checks = self._checks
         Z_alpha = checks.inputs(Z_alpha, "Z_alpha")
@@ -93,6 +96,7 @@ class DecoupledGP(GPPrior):
         self._param("Z_alpha", xp.asarray(Z_alpha, copy=True))
         self._param("Z_beta", xp.asarray(Z_beta, copy=True))
         self._follow(Z_alpha)
+        self._set_mean_function(mean_function, Z_alpha)
         self._param("a", xp.zeros(batch + (Ma,), dtype=Z_alpha.dtype, device=dev))
         if self.parametrization == "hybrid":
             if active_alpha is not None or active_beta is not None:
@@ -116,7 +120,7 @@ class DecoupledGP(GPPrior):
     def input_dim(self):
         return self.Z_alpha.shape[-1]
 
-    def posterior(self):
+    def _posterior(self):
         return DecoupledPosterior(self)
 
     def add_basis(self, X, num_new, params=None):

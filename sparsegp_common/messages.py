@@ -12,6 +12,16 @@ def cholesky_failed(shape, dtype, jitter):
     )
 
 
+def loss_ran_away(step, value, best):
+    return (
+        f"fit stopped: the loss ran away to {value:.4g} at step {step} (the best so far was {best:.4g}), so "
+        "the optimiser is diverging. Things to try: a lower learning rate (lr, or lr_schedule with a "
+        "warm-up); for a Cox process, the default randomised integration rule (a fixed rule lets the "
+        "intensity grow between its nodes once a lengthscale falls below their spacing); standardise "
+        "the inputs X. With checkpoint=... the last checkpoint before the failure is kept."
+    )
+
+
 def loss_not_finite(step, value):
     return (
         f"fit stopped: the loss became {value} at step {step}, so the parameters are no longer "

@@ -98,9 +98,11 @@ class GPModel(Documented):
             scale = data_scale(self.num_data, X.shape[0])
             return scale * likelihood.expected_log_prob(y, mean, var, key=key).sum() - posterior.kl()
 
-    def predict_f(self, X, full_cov=False, batch_size=4096, params=None):
-        """Moments of ``q(f(X))``; see the backend's ``predict.predict_f``."""
-        return self._predict.predict_f(self.prior, X, full_cov=full_cov, batch_size=batch_size, params=params)
+    def predict_f(self, X, full_cov=False, batch_size=4096, part="f", params=None):
+        """Moments of ``q(f(X))`` (``part``: ``"f"``, the mean function's ``"mean"`` or the
+        GP's ``"gp"``); see the backend's ``predict.predict_f``."""
+        return self._predict.predict_f(self.prior, X, full_cov=full_cov, batch_size=batch_size, part=part,
+                                       params=params)
 
     def predict_y(self, X, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
         """Predictive moments and quantiles of ``y``; see the backend's ``predict.predict_y``."""

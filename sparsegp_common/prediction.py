@@ -10,9 +10,12 @@ object, option and batch shape, with the parameter values as arguments, so later
 """
 from typing import Any, NamedTuple, Optional
 
-from .checks import positive_int, probabilities
+from .checks import one_of, positive_int, probabilities
 from .linalg import cholesky
 from .ops import backend
+
+
+PARTS = ("f", "mean", "gp")
 
 
 class Prediction(NamedTuple):
@@ -61,6 +64,8 @@ PREDICT_F = """Moments of ``q(f(X))``.
         full_cov: return the ``(N, N)`` (``(L, N, N)``) covariance instead of variances; then
             ``X`` is not batched.
         batch_size: rows per batch for the diagonal case (memory is O(batch_size * M)).
+        part: ``"f"`` (``f = m + g``), ``"mean"`` (the prior's mean function ``m``: zero
+            variance) or ``"gp"`` (the zero-mean GP ``g``).
         params: optional ``{name: value}`` parameter values (e.g. ``FitResult.params``); by
             default the trained values ``fit`` leaves.
 
@@ -102,16 +107,17 @@ def make_predictions(moments, predictive, key, evaluate, checks, module):
     """The backend's ``predict_f``, ``predict_y``, ``sample_f`` and ``inspect``, with their checks
     and docs written once, around the backend's evaluation:
 
-    - ``moments(prior, X, full_cov, batch_size, params)``: ``(mean, var or cov)`` of ``q(f(X))``;
+    - ``moments(prior, X, full_cov, batch_size, params, part)``: ``(mean, var or cov)`` of
+      ``q(f(X))`` (``prior.posterior(part)``);
     - ``predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params)``:
       ``(mean, variance, quantiles or None)`` of ``p(y*)``;
     - ``key(seed, like)``: a random key for :func:`joint_draws` on the device of ``like``;
     - ``evaluate(prior, params, fn)``: ``(fn(prior with its parameter values), {name: value})``;
     - ``checks``: the backend's ``checks`` module (``inputs``)."""
 
-    def predict_f(prior, X, *, full_cov=False, batch_size=4096, params=None):
+    def predict_f(prior, X, *, full_cov=False, batch_size=4096, part="f", params=None):
         X = checks.inputs(X, "X", prior.input_dim)
-        return moments(prior, X, full_cov, positive_int(batch_size, "batch_size"), params)
+        return moments(prior, X, full_cov, positive_int(batch_size, "batch_size"), params, one_of(part, "part", PARTS))
 
     def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
         levels = None if quantiles is None else probabilities(quantiles, "quantiles")

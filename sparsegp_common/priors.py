@@ -1,13 +1,15 @@
 """The GP prior component: how any sparse GP method becomes sample sites.
 
 A method (SVGP, decoupled bases, orthogonal features, ...) subclasses :class:`GPPrior` and
-implements ``posterior()``: an object with
+implements ``_posterior()``, the posterior of its zero-mean GP: an object with
 
 * ``kl()``: ``KL[q || p]`` of its global variational parameters (a scalar);
 * ``marginals(X, full_cov=False)``: the moments of ``q(f(X))``;
 * ``prior_u()`` / ``q_u()``: distributions of its global latent site ``<name>.u`` (or None).
 
-From these, ``GPPrior.model`` and ``GPPrior.guide`` emit the same sites for every method:
+``GPPrior.posterior()`` adds the prior's mean function (``mean_function=``, see
+:mod:`sparsegp_common.mean_functions`) to those marginals. From these, ``GPPrior.model`` and
+``GPPrior.guide`` emit the same sites for every method:
 
 * ``<name>.u`` (outside any plate): ``u`` from the prior in the model and from ``q(u)`` in the
   guide. Its density is masked: the KL enters instead as the exact factor ``<name>.kl`` =
@@ -22,6 +24,7 @@ The user's own likelihood site then scores ``f`` like any other latent variable.
 """
 import contextlib
 
+from .mean_functions import MeanFunction, MeanShifted, Zero, add_mean
 from .ops import namespace
 
 
@@ -46,8 +49,43 @@ class GPPrior:
         ``block(model, hide=gp.site_names)``."""
         return tuple(f"{self.name}.{s}" for s in ("u", "kl", "f"))
 
-    def posterior(self):
+    def _posterior(self):
+        """The method's posterior of the zero-mean GP (see the module docstring)."""
         raise NotImplementedError
+
+    def posterior(self, part="f"):
+        """``q`` of this component with its parameters read once: ``marginals`` of ``f = m + g``
+        (``part="f"``), of the mean function ``m`` alone (``"mean"``) or of the GP ``g`` alone
+        (``"gp"``); ``kl``, ``q_u`` and ``prior_u`` are the GP's."""
+        return self._with_mean(self._posterior(), part)
+
+    def _with_mean(self, posterior, part="f"):
+        """``posterior`` (of the zero-mean GP) with the mean function's part selected."""
+        mean_function = getattr(self, "mean_function", None)  # not a class attribute: torch keeps modules apart
+        if mean_function is None or isinstance(mean_function, Zero):
+            if part == "mean":
+                return MeanShifted(posterior, self._adapted[Zero](), part)
+            return posterior
+        return MeanShifted(posterior, mean_function, part)
+
+    def add_mean(self, f, X):
+        """``f + m(X)``, for methods that form ``f`` of the zero-mean GP themselves."""
+        mean_function = getattr(self, "mean_function", None)
+        return f if mean_function is None else add_mean(f, mean_function.evaluate(X))
+
+    def _set_mean_function(self, mean_function, like):
+        """Attach ``mean_function`` (None: zero) with its parameters in the dtype/device of ``like``."""
+        if mean_function is None:
+            return
+        if not isinstance(mean_function, MeanFunction):
+            raise TypeError(f"mean_function must be a MeanFunction (Zero, Constant, Linear, Covariates), "
+                            f"got {type(mean_function).__name__}")
+        coefficients = getattr(mean_function, "coefficients", None)
+        if coefficients is not None and coefficients.ndim == 2 and coefficients.shape[0] != self.num_latent:
+            raise ValueError(f"the mean function has coefficients for {coefficients.shape[0]} latent functions "
+                             f"but the prior has num_latent={self.num_latent}")
+        mean_function._follow(like)
+        self.mean_function = mean_function
 
     def prior_variance(self, X):
         """Prior variances ``k(x_n, x_n)``: ``(N,)`` or ``(N, L)``."""
@@ -57,11 +95,12 @@ class GPPrior:
         d = self._dist.Normal(mean, namespace(var).sqrt(var))
         return (d if self.num_latent is None else d.to_event(1)).mask(False)
 
-    def predict_f(self, X, full_cov=False, batch_size=4096, params=None):
+    def predict_f(self, X, full_cov=False, batch_size=4096, part="f", params=None):
         """Moments of ``q(f(X))``: mean ``(N,)`` (``(N, L)`` for L latents) and variance of
-        the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``; see the
-        backend's ``predict.predict_f``."""
-        return self._predict.predict_f(self, X, full_cov=full_cov, batch_size=batch_size, params=params)
+        the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``; ``part``:
+        ``"f"``, the mean function's ``"mean"`` or the GP's ``"gp"``; see the backend's
+        ``predict.predict_f``."""
+        return self._predict.predict_f(self, X, full_cov=full_cov, batch_size=batch_size, part=part, params=params)
 
     def inspect(self, params=None):
         """The KL, ``q(u)`` and parameter values of this component after training (or with

@@ -26,13 +26,15 @@ class SVGP(GPPrior):
         jitter: added to the diagonal of ``Kuu`` (escalated tenfold up to 3 times on failure).
         cholesky_dtype: factorise ``Kuu`` in this dtype (e.g. float64 inside a float32 model;
             in JAX it needs ``jax_enable_x64``) and cast the factor back.
+        mean_function: a :class:`~sparsegp_common.mean_functions.MeanFunction` ``m`` (``f = m + g``);
+            None: zero.
         name: prefix of the parameter and sample-site names (``<name>.q_mu``, ``<name>.u``, ...).
 
     ``q`` starts at the prior (``KL = 0``).
     """
 
     def __init__(self, kernel, Z, *, num_latent=None, whiten=True, diagonal=False, jitter=1e-6,
-                 cholesky_dtype=None, name="gp"):
+                 cholesky_dtype=None, mean_function=None, name="gp"):
         super().__init__(name)
         features = Z if isinstance(Z, Features) else self._adapted[InducingPoints](Z)
         if not isinstance(jitter, numbers.Real) or not jitter >= 0:
@@ -43,6 +45,7 @@ class SVGP(GPPrior):
         self.kernel, self.features = kernel, features
         like = features.first_parameter()
         self._follow(like)
+        self._set_mean_function(mean_function, like)
         self.component_shape = tuple(features.component_shape)
         batch_shape = self.component_shape + self.latent_shape
         Luu = self.posterior_factor()
@@ -62,7 +65,7 @@ class SVGP(GPPrior):
         """Cholesky factor of ``Kuu`` at the current parameters (None when ``Kuu = I``)."""
         return _factor(self.features, self.kernel, self.jitter, self.cholesky_dtype)
 
-    def posterior(self):
+    def _posterior(self):
         return SVGPPosterior(self)
 
     def prior_variance(self, X):

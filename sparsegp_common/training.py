@@ -11,7 +11,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from .messages import loss_not_finite
+from .messages import loss_not_finite, loss_ran_away
+
+#: ``fit`` stops when a loss exceeds the best so far by this many times the larger of the first
+#: and best losses' magnitudes: noise never goes that far, a diverging optimiser does.
+RUNAWAY = 1e3
 
 
 class LossHistory:
@@ -34,14 +38,21 @@ class LossHistory:
         """Read the pending losses back; returns the list of every loss so far.
 
         Raises:
-            FloatingPointError: a loss read back is NaN or infinite (with what to try).
+            FloatingPointError: a loss read back is NaN or infinite, or ran away (see
+                :data:`RUNAWAY`), with what to try.
         """
         if self.pending:
             new = [float(v) for v in self.to_floats(self.pending)]
             self.pending = []
+            first = self.values[0] if self.values else new[0]
+            best = min(self.values, default=math.inf)
             for i, value in enumerate(new):
+                step = len(self.values) + i + 1
                 if not math.isfinite(value):
-                    raise FloatingPointError(loss_not_finite(len(self.values) + i + 1, value))
+                    raise FloatingPointError(loss_not_finite(step, value))
+                if value - best > RUNAWAY * max(abs(first), abs(best), 1.0):
+                    raise FloatingPointError(loss_ran_away(step, value, best))
+                best = min(best, value)
             self.values.extend(new)
         return self.values
 
@@ -268,8 +279,10 @@ FIT_DOC = """Train ``model``/``guide`` by SVI{how}.
         the optimiser (Pyro) or the final ``SVIState`` (NumPyro).
 
     Raises:
-        FloatingPointError: the loss became NaN or infinite (checked whenever the losses are read
-            back, every ``loss_every`` steps); the message says what to try.
+        FloatingPointError: the loss became NaN or infinite, or ran away (rose above the best so
+            far by ``RUNAWAY = 1e3`` times the larger of the first and best losses' magnitudes),
+            checked whenever the losses are read back (every ``loss_every`` steps); the message
+            says what to try.
 
     After ``fit`` the trained values are where predictions read them, in both backends: Pyro's
     library modules (which own their parameters), and in NumPyro the library objects (kernels, priors, likelihoods, ...) whose

@@ -331,17 +331,18 @@ def estimated_moments(prior, X, u=None, key=None):
     independent frequency sets drawn from ``key`` (see the module docstring). The prior's
     parameters must be readable (Pyro: under its parameter context; NumPyro: bound)."""
     features, kernel = prior.features, prior.kernel
+    if u is None and not isinstance(features, SpectralFeatures):
+        return prior.posterior().marginals(X)
     Kff = kernel.K_diag(X)
     if isinstance(features, SpectralFeatures):
         keys = backend(X).split(features._sites.key(key), 2)
         sets = [spectral_terms(features, kernel, *features.frequencies(k, X.dtype, device(X)), X) for k in keys]
-        if u is None:
-            return collapsed_moments(*sets, prior.q_mu, prior.q_sqrt, Kff)
-        return sampled_moments(*sets, u, Kff)
-    K = Kuf(features, kernel, X)
-    if u is None:
-        return prior.posterior().marginals(X)
-    return u @ K, Kff - namespace(K).sum(K**2, axis=0)
+        moments = collapsed_moments(*sets, prior.q_mu, prior.q_sqrt, Kff) if u is None else sampled_moments(*sets, u, Kff)
+    else:
+        K = Kuf(features, kernel, X)
+        moments = u @ K, Kff - namespace(K).sum(K**2, axis=0)
+    # the mean function shifts the estimate of E[f]; the second moment's estimate stays unbiased
+    return prior.add_mean(moments[0], X), moments[1]
 
 
 class VOFModel:

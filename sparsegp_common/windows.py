@@ -227,9 +227,13 @@ class Binned(_Cells):
 
 
 def as_rule(integration, window):
-    """The rule to use: ``integration`` or the window's default."""
+    """The rule to use: ``integration``, or by default a randomised one (:class:`StratifiedMC`
+    with 64 cells in 1-D, 32 per dimension otherwise; a :class:`UserRule` window is its own):
+    fresh nodes at every step leave the optimiser no gap between fixed nodes to hide intensity in."""
     if integration is None:
-        return window.default_rule()
+        if isinstance(window, UserRule):
+            return window
+        return StratifiedMC(64 if window.dim == 1 else 32)
     if isinstance(window, UserRule) and integration is not window:
         raise ValueError("a UserRule window is its own integration rule: pass integration=None")
     if not isinstance(integration, (Rule, UserRule)):
@@ -243,6 +247,16 @@ def rule_layout(rule, window):
     if isinstance(rule, UserRule):
         return Layout(rule.points, rule.weights)
     return rule.layout(window)
+
+
+def node_spacing(layout, window):
+    """The spacing ``(d,)`` of a fixed rule's nodes: the widest gap between neighbouring node
+    coordinates per dimension on a tensor grid, else ``(|W| / P)^(1/d)``."""
+    points = layout.points
+    coords = [np.unique(points[:, k]) for k in range(points.shape[1])]
+    if math.prod(len(c) for c in coords) == len(points) and all(len(c) > 1 for c in coords):
+        return np.array([np.diff(c).max() for c in coords])
+    return np.full(points.shape[1], (window.volume / len(points)) ** (1 / points.shape[1]))
 
 
 def check_events(events, window):

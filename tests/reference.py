@@ -81,12 +81,14 @@ def covariance(q_sqrt):
 
 
 class SVGPRef:
-    """One latent SVGP with dense formulas: ``u = f(Z)``; whitened means ``u = chol(Kuu) v``."""
+    """One latent SVGP with dense formulas: ``u = f(Z)``; whitened means ``u = chol(Kuu) v``.
+    ``mean``: a mean function ``m(X) -> (N,)`` (``f = m + g``; default zero)."""
 
-    def __init__(self, kern, lengthscale, variance, Z, q_mu, q_sqrt, whiten=True, jitter=0.0):
+    def __init__(self, kern, lengthscale, variance, Z, q_mu, q_sqrt, whiten=True, jitter=0.0, mean=None):
         self.k = lambda A, B: kernel(kern, A, B, lengthscale, variance)
         self.Z, self.q_mu, self.S, self.whiten = Z, q_mu, covariance(q_sqrt), whiten
         self.Kuu = self.k(Z, Z) + jitter * np.eye(len(Z))
+        self.mean = mean or (lambda X: np.zeros(len(X)))
 
     def q_u(self):
         """Mean and covariance of q(u) in the original (unwhitened) coordinates."""
@@ -105,7 +107,7 @@ class SVGPRef:
         m_u, S_u = self.q_u()
         Kfu = self.k(X, self.Z)
         P = np.linalg.solve(self.Kuu, Kfu.T).T  # Kfu Kuu^-1
-        return P @ m_u, self.k(X, X) - P @ Kfu.T + P @ S_u @ P.T
+        return self.mean(X) + P @ m_u, self.k(X, X) - P @ Kfu.T + P @ S_u @ P.T
 
     def elbo(self, ell, X, y, num_data=None):
         mean, cov = self.predict(X)

@@ -28,6 +28,9 @@ def problem(rng, M=7, n=25):
 
 
 def cox(backend, rng, integration=None, window=(LOW, HIGH), whiten=True, **options):
+    """A Cox process on the problem, with ``integration`` or Gauss-Legendre (64 nodes: the
+    reference's exact integral to 1e-9)."""
+    integration = backend.lib.GaussLegendre(64) if integration is None else integration
     Z, q_mu, q_sqrt, events = problem(rng)
     gp = backend.svgp(Z, KERN, q_mu, q_sqrt, whiten=whiten)
     model = backend.lib.CoxProcess(gp, windows.Interval(*window), integration=integration, offset=OFFSET, **options)
@@ -276,7 +279,7 @@ class DecoupledRef:
         return ref.decoupled_kl_R(self.a, self.k(self.Za, self.Za), self.B, self.k(self.Zb, self.Zb))
 
 
-@pytest.mark.parametrize("integration", [None, "binned"])
+@pytest.mark.parametrize("integration", ["quadrature", "binned"])
 def test_works_with_decoupled_prior(backend, rng, integration):
     """The same likelihood with a second prior (decoupled bases): ELBO against the dense reference."""
     Za, Zb = np.linspace(LOW, HIGH, 12)[:, None], np.linspace(LOW, HIGH, 4)[:, None]
@@ -285,7 +288,7 @@ def test_works_with_decoupled_prior(backend, rng, integration):
     events = np.sort(rng.uniform(LOW, HIGH, (25, 1)), axis=0)
     gp = backend.lib.DecoupledGP(backend.kernel(*KERN), backend.array(Za), backend.array(Zb), parametrization="direct")
     gp = backend.set(gp, a=a, L=L)
-    rule = windows.Binned(64) if integration == "binned" else None
+    rule = windows.Binned(64) if integration == "binned" else windows.GaussLegendre(64)
     model = backend.lib.CoxProcess(gp, windows.Interval(LOW, HIGH), integration=rule, offset=OFFSET)
     dense = DecoupledRef(Za, Zb, a, L)
     if integration == "binned":
@@ -294,3 +297,57 @@ def test_works_with_decoupled_prior(backend, rng, integration):
         expected = ref.cox_elbo(dense, events, [(LOW, HIGH)], OFFSET)
     assert elbo(backend, model, backend.array(events)) == pytest.approx(expected, rel=1e-9)
     assert -backend.loss(model.model, model.guide, backend.array(events)) == pytest.approx(expected, rel=1e-9)
+
+
+def short_lengthscale_process(backend, integration=None, lengthscale=0.05):
+    """A posterior with narrow bumps (lengthscale 0.05, 40 inducing points on [0, 10]): finer
+    than the 64-node rules' spacing of 0.16-0.25."""
+    rng = np.random.default_rng(11)
+    Z = np.linspace(LOW, HIGH, 40)[:, None]
+    q_mu, q_sqrt = rng.normal(size=40) * 1.5, np.diag(rng.uniform(0.1, 0.3, 40))
+    kern = ("rbf", [lengthscale], 1.0)
+    gp = backend.svgp(Z, kern, q_mu, q_sqrt)
+    model = backend.lib.CoxProcess(gp, windows.Interval(LOW, HIGH), integration=integration, offset=OFFSET)
+    events = np.sort(rng.uniform(LOW, HIGH, (25, 1)), axis=0)
+    return model, events, ref.SVGPRef(*kern, Z, q_mu, q_sqrt, jitter=1e-6)
+
+
+def exact_elbo_by_panels(svgp_ref, events, panels=400, nodes=16):
+    """The ELBO with the integral by composite Gauss-Legendre (400 panels of 16 nodes)."""
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    edges = np.linspace(LOW, HIGH, panels + 1)
+    half = np.diff(edges)[:, None] / 2
+    points = (edges[:-1, None] + half * (x + 1)).ravel()
+    integral = (half * w).ravel() @ ref.cox_intensity_mean(svgp_ref, points[:, None], OFFSET)
+    return (svgp_ref.predict(events)[0] + OFFSET).sum() - integral - svgp_ref.kl()
+
+
+def test_default_rule_is_randomised_and_unbiased_below_the_node_spacing(backend):
+    """The default rule draws fresh stratified nodes at every evaluation: a z-test over 300
+    seeds against the exact ELBO, for bumps narrower than fixed nodes could resolve; the
+    64-node Gauss-Legendre rule on the same posterior is off by many standard errors."""
+    model, events, svgp_ref = short_lengthscale_process(backend)
+    assert isinstance(model.rule, windows.StratifiedMC) and model.rule.num_points == 64
+    exact = exact_elbo_by_panels(svgp_ref, events)
+    draws = np.array([elbo(backend, model, backend.array(events), seed=s) for s in range(300)])
+    se = draws.std(ddof=1) / math.sqrt(len(draws))
+    z = (draws.mean() - exact) / se
+    assert abs(z) < 4, z
+    fixed = backend.lib.CoxProcess(model.prior, windows.Interval(LOW, HIGH), backend.lib.GaussLegendre(64), offset=OFFSET)
+    assert abs(elbo(backend, fixed, backend.array(events)) - exact) > 10 * se
+
+
+def test_fixed_rule_warns_once_when_a_lengthscale_falls_below_its_spacing(backend):
+    import warnings
+
+    model, events, _ = short_lengthscale_process(backend, backend.lib.GaussLegendre(64))
+    events = backend.array(events)
+    with pytest.warns(UserWarning, match=r"lengthscale of the kernel \(\[0.05\]\) fell below the spacing"):
+        backend.loss(model.model, model.guide, events)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backend.loss(model.model, model.guide, events)  # once per process
+        default, _, _ = short_lengthscale_process(backend)
+        backend.loss(default.model, default.guide, events)  # randomised: nothing to warn about
+        coarse_ok, _, _ = short_lengthscale_process(backend, backend.lib.GaussLegendre(64), lengthscale=1.0)
+        backend.loss(coarse_ok.model, coarse_ok.guide, events)

@@ -59,7 +59,8 @@ def methods(lib, array):
         return lib.GPModel(lib.SVGP(lib.Matern32(lengthscale=ls), Z), lib.Bernoulli())
 
     def cox(Z):  # the events are the inputs X, inside the window [-2, 2]^2
-        process = lib.CoxProcess(lib.SVGP(lib.Matern52(lengthscale=ls), Z), [[-2.0, 2.0], [-2.0, 2.0]], offset=1.0)
+        process = lib.CoxProcess(lib.SVGP(lib.Matern52(lengthscale=ls), Z), [[-2.0, 2.0], [-2.0, 2.0]], lib.GaussLegendre(16),
+                                 offset=1.0)
         return _Events(process)
 
     made = {

@@ -219,6 +219,34 @@ def test_fit_stops_when_the_loss_is_not_finite(backend, loss_every):
         backend.lib.fit(model, guide, data, num_steps=100, lr=0.1, loss_every=loss_every, progress=False)
 
 
+def diverging(backend):
+    """loss = a^2 from a = 1 at lr 1e3: Adam's steps of about lr overshoot the minimum further
+    each time, and the loss runs away from about 1 to about 1e6 (finite all along)."""
+    if backend.name == "pyro":
+        import pyro
+
+        def model(x):
+            pyro.factor("bowl", -pyro.param("a", torch.tensor(1.0, dtype=torch.float64)) ** 2)
+    else:
+        import jax.numpy as jnp
+        import numpyro
+
+        def model(x):
+            numpyro.factor("bowl", -numpyro.param("a", jnp.asarray(1.0)) ** 2)
+
+    return model, lambda x: None, (backend.array(np.zeros((4, 1))),)
+
+
+@pytest.mark.parametrize("loss_every", [1, 7])
+def test_fit_stops_when_the_loss_runs_away(backend, loss_every):
+    model, guide, data = diverging(backend)
+    with pytest.raises(FloatingPointError, match=r"ran away to .* at step \d+ \(the best so far was .*lower learning rate"):
+        backend.lib.fit(model, guide, data, num_steps=50, lr=1e3, loss_every=loss_every, progress=False)
+    # a noisy but sane run is left alone
+    result = backend.lib.fit(model, guide, data, num_steps=50, lr=0.05, progress=False)
+    assert len(result.losses) == 50
+
+
 def test_fit_steps_yields_fits_steps_and_returns_its_result(backend):
     """fit.steps: the same steps as fit, one FitState per step; stop ends it with the FitResult."""
     model, X, y = problem(backend)

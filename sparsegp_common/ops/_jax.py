@@ -3,6 +3,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular
 
@@ -197,3 +198,8 @@ def as_index(x):
 def when_any(flags, if_any, otherwise):
     """As the torch version, by ``lax.cond`` (one branch runs; both under ``vmap``)."""
     return lax.cond(jnp.any(flags), if_any, otherwise)
+
+
+def host_callback(fn, *arrays):
+    """As the torch version; under ``jit`` when the compiled program runs (``jax.debug.callback``)."""
+    jax.debug.callback(lambda *values: fn(*map(np.asarray, values)), *arrays)

@@ -149,3 +149,7 @@ def as_index(x):
 
 def when_any(flags, if_any, otherwise):
     return if_any() if np.any(flags) else otherwise()
+
+
+def host_callback(fn, *arrays):
+    fn(*arrays)

@@ -265,3 +265,8 @@ def as_index(x):
 def when_any(flags, if_any, otherwise):
     """``if_any()`` if any of ``flags`` is set, else ``otherwise()`` (the flag is read back)."""
     return if_any() if bool(flags.any()) else otherwise()
+
+
+def host_callback(fn, *arrays):
+    """``fn`` of the arrays' NumPy values, run on the host (here at once)."""
+    fn(*(a.detach().cpu().numpy() for a in arrays))
