@@ -326,6 +326,46 @@ class CoxProcess(Documented):
             mean = mean + backend(mean).stop_gradient(self._offset(X))  # a prediction, as predict_f's moments
         return Prediction(*lognormal_summary(mean, var, levels))
 
+    def plot_intensity(self, events=None, part="f", stat="mean", resolution=100, ax=None, params=None, **kwargs):
+        """Map of the posterior intensity over a 2-D window's bounding box, events overlaid.
+
+        Args:
+            events: optional ``(n, 2)`` pattern to draw over the map.
+            part: ``"f"``, the covariate part ``"mean"`` or the GP's ``"gp"`` (see :meth:`intensity`).
+            stat: ``"mean"`` (the posterior mean), ``"lower"``/``"upper"`` (the 2.5% / 97.5%
+                quantiles) or ``"width"`` (the 95% band's width over the mean).
+            resolution: grid points along the longer side.
+            ax: a matplotlib ``Axes`` (default: a new figure's).
+            params: as for :meth:`intensity`; ``kwargs`` go to ``pcolormesh``.
+
+        Returns:
+            the ``Axes``.
+        """
+        if self.window.dim != 2:
+            raise ValueError(f"plot_intensity draws 2-D windows, this one is {self.window.dim}-D")
+        stats = ("mean", "lower", "upper", "width")
+        if stat not in stats:
+            raise ValueError(f"stat must be one of {stats}, got {stat!r}")
+        import matplotlib.pyplot as plt
+
+        (x0, x1), (y0, y1) = self.window.bounds
+        steps = np.maximum(np.round(resolution * np.array([x1 - x0, y1 - y0]) / max(x1 - x0, y1 - y0)), 2).astype(int)
+        gx, gy = np.meshgrid(np.linspace(x0, x1, steps[0]), np.linspace(y0, y1, steps[1]))
+        grid = np.stack([gx.ravel(), gy.ravel()], axis=-1)
+        pred = self.intensity(self._array(grid), quantiles=(0.025, 0.975), part=part, params=params)
+        mean, (low, high) = self._checks.host(pred.mean), self._checks.host(pred.quantiles)
+        values = {"mean": mean, "lower": low, "upper": high, "width": (high - low) / mean}[stat]
+        values = np.where(self.window.contains(grid), values, np.nan)  # a UserRule window's shape
+        ax = ax if ax is not None else plt.subplots(figsize=(6, 6 * (y1 - y0) / (x1 - x0) + 0.5))[1]
+        image = ax.pcolormesh(gx, gy, values.reshape(gx.shape), shading="auto", **{"cmap": "viridis", **kwargs})
+        if events is not None:
+            ax.plot(*self._checks.host(self._checks.as_array(events, "events")).T, ".", color="white", ms=3,
+                    mec="black", mew=0.3)
+        label = {"f": "intensity", "mean": "covariate part exp(m + offset)", "gp": "GP factor exp(g)"}[part]
+        ax.set(aspect="equal", title=f"{label}: {'95% band width / mean' if stat == 'width' else stat}")
+        ax.figure.colorbar(image, ax=ax, shrink=0.8)
+        return ax
+
     def simulate(self, num_samples=1, seed=0, params=None):
         """Patterns from the posterior predictive by thinning: per pattern, one joint draw of
         ``f`` from ``q`` at candidate points (see ``sparsegp_common.windows.thin``).

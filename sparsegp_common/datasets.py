@@ -15,8 +15,8 @@ import numpy as np
 
 __all__ = [  # what the backends re-export
     "FLIGHTS_COLUMNS", "NUM_SPLITS", "POINT_PATTERNS", "UCI_NAMES", "MinMaxScaler", "PointPattern", "Split", "Standardizer",
-    "data_dir", "load_banana", "load_fashion_mnist", "load_flights", "load_mnist", "load_point_pattern", "load_sarcos",
-    "load_uci", "standardize",
+    "CovariatePattern", "data_dir", "load_banana", "load_fashion_mnist", "load_flights", "load_mnist", "load_point_pattern",
+    "load_sarcos", "load_uci", "simulate_covariate_pattern", "standardize",
 ]
 
 UCI_NAMES = ("pol", "elevators", "bike", "kin40k", "protein", "keggdirected")
@@ -403,3 +403,41 @@ def standardize(train, *others, axis=0):
     transform = Standardizer.fit(_finite(train, "train"), axis=axis)
     scaled = [transform.transform(o, name=f"others[{i}]") for i, o in enumerate(others)]
     return (transform.transform(train, name="train"), *scaled, transform)
+
+
+class CovariatePattern(NamedTuple):
+    """A simulated point pattern with covariate images (:func:`simulate_covariate_pattern`)."""
+
+    events: np.ndarray  # (n, 2)
+    raster: "Raster"  # the standardised images ``wave`` and ``slope``
+    coefficients: np.ndarray  # (3,) the true intercept and per-standard-deviation effects
+    window: np.ndarray  # (2, 2): the unit square
+    log_intensity: object  # the true log-intensity, a function of (N, 2) NumPy points
+
+
+def simulate_covariate_pattern(seed=0, variance=0.1, lengthscale=0.25, coefficients=(np.log(800.0), 0.6, -0.4),
+                               num_pixels=40):
+    """A log-Gaussian Cox process on ``[0, 1]^2`` with ``log lambda = b0 + b1 wave + b2 slope + f``:
+    two smooth covariate images (``num_pixels`` squared, standardised) and a squared-exponential
+    GP draw ``f`` (``variance``, ``lengthscale``; 300 random Fourier features; ``variance=0``:
+    none), simulated by thinning with the given ``seed``. For tests and benchmarks of covariate
+    mean functions; about 1,100 events with the default coefficients."""
+    from .raster import Raster
+
+    rng = np.random.default_rng(seed)
+    x = (np.arange(num_pixels) + 0.5) / num_pixels
+    gx, gy = np.meshgrid(x, x, indexing="xy")  # rows run up in y
+    images = np.stack([np.sin(2 * np.pi * gx) * np.cos(np.pi * gy), (gx - 0.3) ** 2 + gy])
+    raster = Raster(images, ((0, 1), (0, 1)), standardize=True, names=("wave", "slope"))
+    omega, phase = rng.normal(size=(300, 2)) / lengthscale, rng.uniform(0, 2 * np.pi, 300)
+    weights = rng.normal(size=300) * np.sqrt(2 * variance / 300)
+    b = np.asarray(coefficients, dtype=np.float64)
+
+    def log_intensity(X):
+        return b[0] + raster.evaluate(X) @ b[1:] + np.cos(X @ omega.T + phase) @ weights
+
+    bound = np.exp(log_intensity(rng.uniform(0, 1, (20000, 2))).max() + 0.5)
+    candidates = rng.uniform(0, 1, (rng.poisson(bound), 2))
+    keep = rng.uniform(size=len(candidates)) < np.exp(log_intensity(candidates)) / bound
+    return CovariatePattern(candidates[keep], raster, b, np.array([[0.0, 1.0], [0.0, 1.0]]), log_intensity)
+

@@ -12,34 +12,113 @@ A prior takes one as ``mean_function=``; its ``posterior().marginals`` then carr
 every objective, prediction, intensity and export includes it. ``predict_f(..., part="mean")``
 and ``part="gp"`` give the two parts separately.
 """
+import math
+
 import numpy as np
 
 from .ops import device, namespace
 
+#: Initial scale of ``q`` (``coefficients_scale_tril = INIT_SCALE * I``) when the coefficients have a
+#: prior, as autoguides start.
+INIT_SCALE = 0.1
+
 
 class MeanFunction:
-    """Base class: ``m(X) = features(X) @ coefficients``; subclasses define :meth:`features`."""
+    """Base class: ``m(X) = features(X) @ coefficients``; subclasses define :meth:`features`.
 
-    def __init__(self, coefficients):
+    With ``prior`` (a distribution of the PPL, e.g. ``Normal(0, 10)``, expanded to the
+    coefficients' shape), the coefficients are a sample site ``<prior>.mean_function.coefficients``
+    instead of a parameter: drawn from ``prior`` in the model and from ``q = N(loc, S)``,
+    ``S = scale_tril scale_tril^T`` (parameters ``coefficients_loc`` and ``coefficients_scale_tril``
+    ``(..., P, P)``: the coefficients' correlations are kept) in the prior component's guide, so a
+    user's guide can take them over (hide them with ``site_names``) and the export holds their
+    draws. Predictions integrate over ``q``: the mean function's part has variance ``F S F^T``.
+    """
+
+    def __init__(self, coefficients, prior=None):
         super().__init__()
         coefficients = self._checks.finite(self._checks.as_array(coefficients, "coefficients"), "coefficients")
         if coefficients.ndim not in (1, 2):
             raise ValueError(f"coefficients must have shape (P,) or (L, P), got {tuple(coefficients.shape)}")
-        self._param("coefficients", coefficients)
+        if prior is not None and not hasattr(prior, "log_prob"):
+            raise TypeError(f"prior must be a distribution of the PPL, got {type(prior).__name__}")
+        self.coefficient_prior = prior
+        if prior is None:
+            self._param("coefficients", coefficients)
+        else:
+            xp = namespace(coefficients)
+            eye = INIT_SCALE * xp.eye(coefficients.shape[-1], dtype=coefficients.dtype, device=device(coefficients))
+            self._param("coefficients_loc", coefficients)
+            self._param("coefficients_scale_tril", xp.asarray(xp.broadcast_to(eye, coefficients.shape + eye.shape[-1:]),
+                                                              copy=True), "lower_cholesky")
+
+    @property
+    def shape(self):
+        """Shape of the coefficients, ``(P,)`` or ``(L, P)``."""
+        return tuple((self.coefficients if self.coefficient_prior is None else self.coefficients_loc).shape)
 
     @property
     def num_features(self):
-        return self.coefficients.shape[-1]
+        return self.shape[-1]
 
     def features(self, X):
         """``F(X)``: ``(N, P)``."""
         raise NotImplementedError
 
-    def evaluate(self, X):
-        """``m(X)``: ``(N,)`` for coefficients ``(P,)``, ``(N, L)`` for ``(L, P)``."""
+    def evaluate(self, X, coefficients=None):
+        """``m(X)``: ``(N,)`` for coefficients ``(P,)``, ``(N, L)`` for ``(L, P)``; with a prior, at
+        the given (sampled) ``coefficients``."""
+        c = coefficients
+        if c is None:
+            if self.coefficient_prior is not None:
+                raise ValueError("this mean function's coefficients have a prior: its value needs sampled "
+                                 "coefficients (this objective takes fitted coefficients only: drop the prior)")
+            c = self.coefficients
+        return _apply(self.features(X), c)
+
+    def moments(self, X):
+        """Mean and variance ``(N,)`` / ``(N, L)`` of ``m(X)`` under ``q`` (variance None without a prior)."""
         F = self.features(X)
-        c = self.coefficients
-        return F @ c if c.ndim == 1 else F @ c.mT
+        if self.coefficient_prior is None:
+            return _apply(F, self.coefficients), None
+        FL = F @ self.coefficients_scale_tril  # (N, P) or (L, N, P)
+        var = namespace(FL).sum(FL**2, axis=-1)
+        return _apply(F, self.coefficients_loc), (var if var.ndim == 1 else var.mT)
+
+    def covariance(self, X):
+        """``F S F^T`` under ``q``: ``(N, N)``, or ``(L, N, N)`` for L latent functions."""
+        FL = self.features(X) @ self.coefficients_scale_tril
+        return FL @ FL.mT
+
+    def coefficient_distribution(self, guide):
+        """The coefficients' prior (model) or ``q`` (guide), with event shape :attr:`shape`."""
+        shape = self.shape
+        if guide:
+            q = self._dist.MultivariateNormal(self.coefficients_loc, scale_tril=self.coefficients_scale_tril)
+            return q.to_event(len(shape) - 1)
+        prior = self.coefficient_prior
+        if tuple(prior.event_shape) == shape:
+            return prior
+        if tuple(prior.event_shape):
+            raise ValueError(f"the prior's event shape {tuple(prior.event_shape)} does not match the coefficients' {shape}")
+        return prior.expand(shape).to_event(len(shape))
+
+    def coefficient_kl(self):
+        """``KL[q || prior]`` of the coefficients in closed form, for a Normal prior (0 without a prior)."""
+        prior = self.coefficient_prior
+        if prior is None:
+            return 0.0
+        if not isinstance(prior, self._dist.Normal):
+            raise NotImplementedError(
+                "the closed-form ELBO (elbo()) needs a Normal prior on the coefficients; with another prior, "
+                "train with model/guide (SVI), which samples them")
+        m, L = self.coefficients_loc, self.coefficients_scale_tril
+        xp = namespace(m, L)
+        mu0 = xp.broadcast_to(xp.asarray(prior.loc, dtype=m.dtype, device=device(m)), m.shape)
+        s0 = xp.broadcast_to(xp.asarray(prior.scale, dtype=m.dtype, device=device(m)), m.shape)
+        trace = xp.sum(L**2 / (s0**2)[..., :, None])
+        log_det = 2 * xp.sum(xp.log(s0)) - 2 * xp.sum(xp.log(xp.linalg.diagonal(L)))
+        return 0.5 * (trace + xp.sum((m - mu0) ** 2 / s0**2) - math.prod(m.shape) + log_det)
 
     def _with_intercept(self, F):
         xp = namespace(F)
@@ -52,8 +131,14 @@ class Zero(MeanFunction):
     def __init__(self):
         super(MeanFunction, self).__init__()
 
-    def evaluate(self, X):
+    coefficient_prior = None
+    shape = (0,)
+
+    def evaluate(self, X, coefficients=None):
         return namespace(X).zeros(X.shape[:1], dtype=X.dtype, device=device(X))
+
+    def moments(self, X):
+        return self.evaluate(X), None
 
 
 class Constant(MeanFunction):
@@ -61,13 +146,14 @@ class Constant(MeanFunction):
 
     Args:
         value: initial ``c``: a number, or ``(L,)`` for one constant per latent function.
+        prior: optional distribution of the coefficients (see :class:`MeanFunction`).
     """
 
-    def __init__(self, value=0.0):
+    def __init__(self, value=0.0, prior=None):
         value = self._checks.as_array(_exact(value), "value")
         if value.ndim > 1:
             raise ValueError(f"value must be a number or have shape (L,), got {tuple(value.shape)}")
-        super().__init__(value[..., None])
+        super().__init__(value[..., None], prior)
 
     def features(self, X):
         return namespace(X).ones((X.shape[0], 1), dtype=X.dtype, device=device(X))
@@ -79,10 +165,11 @@ class Linear(MeanFunction):
     Args:
         weights: initial ``w``: ``(D,)``, or ``(L, D)`` for L latent functions.
         bias: initial ``b``: a number, or ``(L,)``.
+        prior: optional distribution of the coefficients (see :class:`MeanFunction`).
     """
 
-    def __init__(self, weights, bias=0.0):
-        super().__init__(_stack(self._checks, weights, bias))
+    def __init__(self, weights, bias=0.0, prior=None):
+        super().__init__(_stack(self._checks, weights, bias), prior)
 
     def features(self, X):
         if X.shape[-1] != self.num_features - 1:
@@ -98,9 +185,10 @@ class Covariates(MeanFunction):
             :class:`~sparsegp_common.raster.Raster` (images interpolated at the inputs).
         weights: initial ``w``: ``(P,)``, or ``(L, P)``; by default zeros.
         bias: initial ``b``: a number, or ``(L,)``.
+        prior: optional distribution of the coefficients (see :class:`MeanFunction`).
     """
 
-    def __init__(self, covariates, weights=None, bias=0.0):
+    def __init__(self, covariates, weights=None, bias=0.0, prior=None):
         if not callable(covariates) and not hasattr(covariates, "evaluate"):
             raise TypeError(f"covariates must be a function of X or a Raster, got {type(covariates).__name__}")
         if weights is None:
@@ -108,7 +196,7 @@ class Covariates(MeanFunction):
             if count is None:
                 raise ValueError("weights is required for a function of X (its number of covariates is unknown)")
             weights = [0.0] * count
-        super().__init__(_stack(self._checks, weights, bias))
+        super().__init__(_stack(self._checks, weights, bias), prior)
         self.covariates = covariates
 
     def features(self, X):
@@ -143,6 +231,11 @@ def _stack(checks, weights, bias):
     return xp.concat([bias[..., None], weights], axis=-1)
 
 
+def _apply(F, c):
+    """``F @ c``: ``(N,)`` for ``c`` ``(P,)``, ``(N, L)`` for ``(L, P)``."""
+    return F @ c if c.ndim == 1 else F @ c.mT
+
+
 def add_mean(mean, m):
     """``mean + m`` for ``mean`` ``(N,)`` or ``(N, L)`` and ``m`` ``(N,)`` (shared) or ``(N, L)``."""
     return mean + (m[:, None] if mean.ndim == 2 and m.ndim == 1 else m)
@@ -150,24 +243,45 @@ def add_mean(mean, m):
 
 class MeanShifted:
     """``q(f)`` of a prior with a mean function: the method's posterior of ``g`` (every attribute
-    but ``marginals`` is its own), with ``m(X)`` added to the means. ``part`` selects ``"f"``
-    (``m + g``), ``"gp"`` (``g``) or ``"mean"`` (``m``, zero variance)."""
+    but ``marginals`` and ``kl`` is its own), with ``m(X)`` added to the means. ``part`` selects
+    ``"f"`` (``m + g``), ``"gp"`` (``g``) or ``"mean"`` (``m``). Coefficients with a prior are
+    read at :attr:`coefficients` once sampled (the model and guide), else integrated over ``q``."""
 
     def __init__(self, gp, mean_function, part="f"):
         self.gp, self.mean_function, self.part = gp, mean_function, part
+        self.coefficients = None
 
     def __getattr__(self, name):
         return getattr(self.gp, name)
+
+    def kl(self):
+        """The GP's KL plus the coefficients' ``KL[q || prior]`` (none once they are sampled sites)."""
+        kl = self.gp.kl()
+        return kl if self.coefficients is not None else kl + self.mean_function.coefficient_kl()
+
+    def _mean_moments(self, X, full_cov):
+        mf = self.mean_function
+        if self.coefficients is not None:
+            return mf.evaluate(X, self.coefficients), None
+        if not full_cov:
+            return mf.moments(X)
+        m, var = mf.moments(X)
+        return m, None if var is None else mf.covariance(X)
 
     def marginals(self, X, full_cov=False):
         mean, var = self.gp.marginals(X, full_cov)
         if self.part == "gp":
             return mean, var
-        m = self.mean_function.evaluate(X)
+        m, m_var = self._mean_moments(X, full_cov)
+        xp = namespace(mean)
         if self.part == "mean":
-            xp = namespace(mean)
-            return add_mean(xp.zeros_like(mean), m), xp.zeros_like(var)
-        return add_mean(mean, m), var
+            mean, var = xp.zeros_like(mean), xp.zeros_like(var)
+        mean = add_mean(mean, m)
+        if m_var is None:
+            return mean, var
+        if full_cov and var.ndim == 3 and m_var.ndim == 2:  # one shared mean over L latent functions
+            m_var = m_var[None]
+        return mean, (add_mean(var, m_var) if not full_cov else var + m_var)
 
 
 CLASSES = (MeanFunction, Zero, Constant, Linear, Covariates)

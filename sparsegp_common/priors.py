@@ -47,7 +47,15 @@ class GPPrior:
     def site_names(self):
         """Names of this component's sites, e.g. to hide them from an autoguide with
         ``block(model, hide=gp.site_names)``."""
-        return tuple(f"{self.name}.{s}" for s in ("u", "kl", "f"))
+        names = tuple(f"{self.name}.{s}" for s in ("u", "kl", "f"))
+        mean_function = getattr(self, "mean_function", None)
+        if mean_function is not None and mean_function.coefficient_prior is not None:
+            names += (self._coefficient_site,)
+        return names
+
+    @property
+    def _coefficient_site(self):
+        return f"{self.name}.mean_function.coefficients"
 
     def _posterior(self):
         """The method's posterior of the zero-mean GP (see the module docstring)."""
@@ -80,9 +88,9 @@ class GPPrior:
         if not isinstance(mean_function, MeanFunction):
             raise TypeError(f"mean_function must be a MeanFunction (Zero, Constant, Linear, Covariates), "
                             f"got {type(mean_function).__name__}")
-        coefficients = getattr(mean_function, "coefficients", None)
-        if coefficients is not None and coefficients.ndim == 2 and coefficients.shape[0] != self.num_latent:
-            raise ValueError(f"the mean function has coefficients for {coefficients.shape[0]} latent functions "
+        shape = mean_function.shape
+        if len(shape) == 2 and shape[0] != self.num_latent:
+            raise ValueError(f"the mean function has coefficients for {shape[0]} latent functions "
                              f"but the prior has num_latent={self.num_latent}")
         mean_function._follow(like)
         self.mean_function = mean_function
@@ -114,8 +122,11 @@ class GPPrior:
         :meth:`model`, :meth:`guide` and the objectives."""
         u_dist = posterior.q_u() if guide else posterior.prior_u()
         u = None if u_dist is None else self._sites.sample(f"{self.name}.u", u_dist.mask(False))
-        if not guide:
-            self._sites.factor(f"{self.name}.kl", -posterior.kl())
+        if isinstance(posterior, MeanShifted) and posterior.mean_function.coefficient_prior is not None:
+            posterior.coefficients = self._sites.sample(
+                self._coefficient_site, posterior.mean_function.coefficient_distribution(guide))
+        if not guide:  # the GP's KL only: sampled coefficients are scored by their own site
+            self._sites.factor(f"{self.name}.kl", -getattr(posterior, "gp", posterior).kl())
         return u
 
     @contextlib.contextmanager

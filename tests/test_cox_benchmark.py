@@ -16,3 +16,6 @@ def test_cox_quick(tmp_path):
         else:
             assert math.isfinite(row["heldout"])
     assert any(row["dataset"] == "simulated" for row in rows)
+    covariates = {row["method"]: row for row in rows if row["dataset"] == "covariates"}
+    assert set(covariates) == {"stratified MC (default)", "quadrature", "pixels"}
+    assert all(len(row["coefficient_z"]) == 2 and "±" in row["coefficients"] for row in covariates.values())

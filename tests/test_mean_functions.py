@@ -206,3 +206,72 @@ def test_bad_mean_functions(backend):
     gp = backend.svgp(Z, KERN, mean_function=lib.Covariates(lambda X: X, backend.array([1.0])))
     with pytest.raises(ValueError, match=r"covariates\(X\) has shape"):
         gp.predict_f(X)
+
+
+def with_prior(backend, loc, scale):
+    """A linear mean whose coefficients have the prior N(0, 10^2), with ``q`` set to ``N(loc, diag(scale^2))``."""
+    D = backend.ppl.distributions
+    mf = backend.lib.Linear(loc[1:], bias=loc[0], prior=D.Normal(backend.array(0.0), backend.array(10.0)))
+    return backend.set(mf, coefficients_loc=loc, coefficients_scale_tril=np.diag(scale))
+
+
+def test_coefficients_with_a_prior_are_sample_sites(backend):
+    rng = np.random.default_rng(7)
+    X, Z, q_mu, q_sqrt = problem(rng)
+    loc, scale = np.array([0.3, 0.4, -1.1]), np.array([0.2, 0.05, 0.1])
+    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=with_prior(backend, loc, scale))
+    assert "gp.mean_function.coefficients" in gp.site_names
+    for fn in (gp.model, gp.guide):
+        site = backend.trace(fn, backend.array(X))["gp.mean_function.coefficients"]
+        assert site["type"] == "sample" and not site["is_observed"]
+        assert tuple(site["fn"].event_shape) == (3,)
+    # the model scores them by the prior, the guide by q
+    model_site = backend.trace(gp.model, backend.array(X))["gp.mean_function.coefficients"]
+    value = backend.numpy(model_site["value"])
+    assert float(backend.numpy(model_site["fn"].log_prob(model_site["value"]))) == pytest.approx(
+        np.sum(-0.5 * (value / 10) ** 2 - np.log(10 * np.sqrt(2 * np.pi))), rel=1e-10)
+    # predictions integrate over q: the mean part has variance F^2 scale^2
+    F = np.hstack([np.ones((len(X), 1)), X])
+    mean, var = (backend.numpy(a) for a in gp.predict_f(backend.array(X), part="mean"))
+    np.testing.assert_allclose(mean, F @ loc, rtol=1e-12)
+    np.testing.assert_allclose(var, F**2 @ scale**2, rtol=1e-12)
+    _, cov = (backend.numpy(a) for a in gp.predict_f(backend.array(X), part="mean", full_cov=True))
+    np.testing.assert_allclose(cov, (F * scale**2) @ F.T, rtol=1e-12, atol=1e-15)
+
+
+def test_elbo_with_a_coefficient_prior_matches_the_reference(backend):
+    """Closed form: ``f ~ N(F loc + mu, s2 + F^2 scale^2)`` in the Gaussian expectation, minus both
+    KLs; the SVI loss, which samples the coefficients, averages to it (z-test over seeds)."""
+    rng = np.random.default_rng(8)
+    X, Z, q_mu, q_sqrt = problem(rng)
+    y = rng.normal(size=len(X))
+    loc, scale = np.array([0.3, 0.4, -1.1]), np.array([0.2, 0.05, 0.1])
+    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=with_prior(backend, loc, scale))
+    model = backend.lib.GPModel(gp, backend.set(backend.lib.Gaussian(), variance=0.2))
+    svgp_ref = ref.SVGPRef(*KERN, Z, q_mu, q_sqrt, jitter=1e-6)
+    F = np.hstack([np.ones((len(X), 1)), X])
+    mu, cov = svgp_ref.predict(X)
+    kl_c = np.sum(np.log(10 / scale) + (scale**2 + loc**2) / 200 - 0.5)
+    expected = ref.gaussian_ell(0.2)(y, F @ loc + mu, np.diag(cov) + F**2 @ scale**2).sum() - svgp_ref.kl() - kl_c
+    Xa, ya = backend.array(X), backend.array(y)
+    assert float(backend.numpy(model.elbo(Xa, ya))) == pytest.approx(expected, rel=1e-10)
+    losses = np.array([backend.loss(model.model, model.guide, Xa, ya, seed=s) for s in range(200)])
+    z = (-losses.mean() - expected) / (losses.std(ddof=1) / np.sqrt(len(losses)))
+    assert losses.std() > 0.01 and abs(z) < 4, z
+
+
+def test_export_holds_the_mean_and_the_coefficient_draws(backend):
+    """``gp.f`` draws include the mean function; coefficients with a prior are exported as draws of q."""
+    rng = np.random.default_rng(9)
+    X, Z, q_mu, q_sqrt = problem(rng)
+    y = rng.normal(size=len(X))
+    loc, scale = np.array([2.0, 0.4, -1.1]), np.array([0.2, 0.05, 0.1])
+    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=with_prior(backend, loc, scale))
+    model = backend.lib.GPModel(gp, backend.set(backend.lib.Gaussian(), variance=0.2))
+    idata = backend.lib.to_inference_data(model, data=(backend.array(X), backend.array(y)), num_samples=400)
+    draws = idata.posterior["gp.mean_function.coefficients"].values.reshape(400, 3)
+    assert np.all(np.abs(draws.mean(0) - loc) < 4 * scale / np.sqrt(400))
+    assert np.all(np.abs(draws.std(0) / scale - 1) < 0.2)
+    mean, var = (backend.numpy(a) for a in model.predict_f(backend.array(X)))
+    f = idata.posterior["gp.f"].values.reshape(400, -1)
+    assert np.mean(np.abs(f.mean(0) - mean) / np.sqrt(var / 400) < 3.3) > 0.95

@@ -101,3 +101,29 @@ def test_raster_mean_in_the_cox_elbo_matches_the_reference(backend):
     assert float(backend.numpy(value)) == pytest.approx(expected, rel=1e-10)
     assert -backend.loss(model.model, model.guide, ev) == pytest.approx(expected, rel=1e-10)
     assert backend.lib.Covariates(raster).num_features == 3  # weights default to zeros, one per image
+
+
+def test_intensity_map_of_a_covariate_process(backend, tmp_path):
+    """The plot helper draws the posterior mean (or a part, or the band) over the window with the
+    events; the covariate part it maps is exp(m + offset) of the fitted values."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rng = np.random.default_rng(4)
+    raster = Raster(images(), EXTENT)
+    events = rng.uniform([0, -1], [4, 2], (40, 2))
+    gp = backend.svgp(rng.uniform([0, -1], [4, 2], (5, 2)), ("rbf", [1.0, 1.0], 0.5),
+                      mean_function=backend.lib.Covariates(raster, backend.array([0.3, -0.2]), bias=1.0))
+    model = backend.lib.CoxProcess(gp, windows.Rectangle(EXTENT), offset=0.1)
+    for part, stat in (("f", "mean"), ("mean", "mean"), ("gp", "width")):
+        ax = model.plot_intensity(events=backend.array(events), part=part, stat=stat, resolution=40)
+        mesh = ax.collections[0].get_array().reshape(30, 40)  # 40 along x (4 wide), 30 along y (3 high)
+        assert np.isfinite(mesh).all() and len(ax.lines[0].get_xdata()) == 40
+    gx, gy = np.meshgrid(np.linspace(0, 4, 40), np.linspace(-1, 2, 30))
+    grid = np.stack([gx.ravel(), gy.ravel()], axis=-1)
+    ax = model.plot_intensity(part="mean", resolution=40)
+    expected = np.exp(1.0 + dense_bilinear(raster.values, EXTENT, grid) @ [0.3, -0.2] + 0.1)
+    np.testing.assert_allclose(ax.collections[0].get_array().ravel(), expected, rtol=1e-6)
+    ax.figure.savefig(tmp_path / "map.png")
+    with pytest.raises(ValueError, match="stat"):
+        model.plot_intensity(stat="median")
