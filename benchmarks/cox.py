@@ -14,7 +14,8 @@ density), evaluated for every method with the same fine Gauss-Legendre rule (256
 the recovery error is ``int |E_q lambda - lambda| / int lambda``. ``covariates``: the simulated
 pattern of ``sparsegp_common.datasets.simulate_covariate_pattern`` (two covariate images, a GP term
 of variance 0.1 and lengthscale 0.25, about 1,100 events, split 80/20 the same way), fitted with a
-``Covariates`` mean (prior N(0, 10^2) on the coefficients) by the default randomised rule, a fixed
+``Covariates`` mean (prior N(0, 10^2) on the coefficients; lr decayed 20-fold over the run) by the
+default randomised rule, a fixed
 32 x 32 Gauss-Legendre rule and the images' 40 x 40 pixel rule; the coefficients column gives the
 covariates' fitted effects with their ``q`` standard deviations.
 """
@@ -81,7 +82,8 @@ def fit_covariates(pattern, events, rule, steps):
     kernel = psg.Matern52(lengthscale=torch.full((2,), 0.3, dtype=torch.float64), variance=0.1)
     model = psg.CoxProcess(psg.SVGP(kernel, Z, mean_function=mean), pattern.window, integration=rule)
     start = time.perf_counter()
-    result = psg.fit(model.model, model.guide, (torch.as_tensor(events),), num_steps=steps, lr=0.02, progress=False)
+    result = psg.fit(model.model, model.guide, (torch.as_tensor(events),), num_steps=steps, lr=0.02,
+                     lr_schedule=lambda step: 0.05 ** (step / steps), progress=False)
     return model, result, time.perf_counter() - start
 
 

@@ -23,7 +23,9 @@ def fitted_coefficients(backend, raster, events):
     Z = np.stack([g.ravel() for g in np.meshgrid(axis, axis)], axis=-1)
     gp = backend.lib.SVGP(backend.kernel("matern52", [0.3, 0.3], 0.1), backend.array(Z), mean_function=mf)
     model = backend.lib.CoxProcess(gp, [[0.0, 1.0], [0.0, 1.0]])
-    result = backend.lib.fit(model.model, model.guide, (backend.array(events),), num_steps=1500, lr=0.02, progress=False)
+    # the randomised rule's noise keeps q's off-diagonal scale moving at a fixed rate: decay it
+    result = backend.lib.fit(model.model, model.guide, (backend.array(events),), num_steps=1500, lr=0.02,
+                             lr_schedule=lambda step: 0.05 ** (step / 1500), progress=False)
     loc = backend.numpy(result.params["gp.mean_function.coefficients_loc"])
     L = backend.numpy(result.params["gp.mean_function.coefficients_scale_tril"])
     return loc, np.sqrt(np.sum(L**2, axis=-1))
@@ -34,6 +36,7 @@ def test_covariate_coefficients_are_recovered(backend):
     """No GP term in the truth (the model still has one): every coefficient within 2 sd."""
     loc, sd = fitted_coefficients(backend, *simulate(variance=0.0))
     assert np.all(np.abs(loc - TRUE) < 2 * sd), (loc, sd, (loc - TRUE) / sd)
+    assert np.all(sd < 0.06), sd  # a Poisson GLM's are 0.03-0.04: no bound met by inflated sd
 
 
 @pytest.mark.slow

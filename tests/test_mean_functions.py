@@ -239,15 +239,20 @@ def test_coefficients_with_a_prior_are_sample_sites(backend):
     np.testing.assert_allclose(cov, (F * scale**2) @ F.T, rtol=1e-12, atol=1e-15)
 
 
+def prior_model(backend, seed, loc, scale):
+    """A Gaussian ``GPModel`` on the SVGP problem whose linear mean has a prior (``with_prior``)."""
+    rng = np.random.default_rng(seed)
+    X, Z, q_mu, q_sqrt = problem(rng)
+    y = rng.normal(size=len(X))
+    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=with_prior(backend, loc, scale))
+    return backend.lib.GPModel(gp, backend.set(backend.lib.Gaussian(), variance=0.2)), X, y, (Z, q_mu, q_sqrt)
+
+
 def test_elbo_with_a_coefficient_prior_matches_the_reference(backend):
     """Closed form: ``f ~ N(F loc + mu, s2 + F^2 scale^2)`` in the Gaussian expectation, minus both
     KLs; the SVI loss, which samples the coefficients, averages to it (z-test over seeds)."""
-    rng = np.random.default_rng(8)
-    X, Z, q_mu, q_sqrt = problem(rng)
-    y = rng.normal(size=len(X))
     loc, scale = np.array([0.3, 0.4, -1.1]), np.array([0.2, 0.05, 0.1])
-    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=with_prior(backend, loc, scale))
-    model = backend.lib.GPModel(gp, backend.set(backend.lib.Gaussian(), variance=0.2))
+    model, X, y, (Z, q_mu, q_sqrt) = prior_model(backend, 8, loc, scale)
     svgp_ref = ref.SVGPRef(*KERN, Z, q_mu, q_sqrt, jitter=1e-6)
     F = np.hstack([np.ones((len(X), 1)), X])
     mu, cov = svgp_ref.predict(X)
@@ -262,12 +267,8 @@ def test_elbo_with_a_coefficient_prior_matches_the_reference(backend):
 
 def test_export_holds_the_mean_and_the_coefficient_draws(backend):
     """``gp.f`` draws include the mean function; coefficients with a prior are exported as draws of q."""
-    rng = np.random.default_rng(9)
-    X, Z, q_mu, q_sqrt = problem(rng)
-    y = rng.normal(size=len(X))
     loc, scale = np.array([2.0, 0.4, -1.1]), np.array([0.2, 0.05, 0.1])
-    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=with_prior(backend, loc, scale))
-    model = backend.lib.GPModel(gp, backend.set(backend.lib.Gaussian(), variance=0.2))
+    model, X, y, _ = prior_model(backend, 9, loc, scale)
     idata = backend.lib.to_inference_data(model, data=(backend.array(X), backend.array(y)), num_samples=400)
     draws = idata.posterior["gp.mean_function.coefficients"].values.reshape(400, 3)
     assert np.all(np.abs(draws.mean(0) - loc) < 4 * scale / np.sqrt(400))
