@@ -276,3 +276,34 @@ def test_export_holds_the_mean_and_the_coefficient_draws(backend):
     mean, var = (backend.numpy(a) for a in model.predict_f(backend.array(X)))
     f = idata.posterior["gp.f"].values.reshape(400, -1)
     assert np.mean(np.abs(f.mean(0) - mean) / np.sqrt(var / 400) < 3.3) > 0.95
+
+
+def test_backends_agree_with_mean_functions():
+    """Pyro and NumPyro to 1e-10 on the same inputs and parameters: a GP model with a linear mean,
+    a Cox process with a raster mean (the pixel rule) and coefficients with a prior."""
+    from backends import NumPyroBackend, PyroBackend
+
+    from sparsegp_common.raster import Raster
+
+    rng = np.random.default_rng(10)
+    X, Z, q_mu, q_sqrt = problem(rng)
+    y = rng.normal(size=len(X))
+    raster = Raster(rng.normal(size=(2, 5, 6)), ((-3.0, 3.0), (-3.0, 3.0)), standardize=True)
+    events = rng.uniform(-2.5, 2.5, (15, 2))
+    results = []
+    for backend in (PyroBackend(), NumPyroBackend()):
+        backend.reset()
+        lib, Xa = backend.lib, backend.array(X)
+        linear = backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=lib.Linear([0.4, -1.1], bias=0.3))
+        model = lib.GPModel(linear, backend.set(lib.Gaussian(), variance=0.2))
+        covariates = lib.Covariates(raster, [0.5, -0.2], bias=1.0,
+                                    prior=backend.ppl.distributions.Normal(backend.array(0.0), backend.array(5.0)))
+        cox = lib.CoxProcess(backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=covariates), [[-3.0, 3.0], [-3.0, 3.0]],
+                             raster.rule())
+        ev = backend.array(events)
+        cox_elbo = cox.elbo(ev, key=jax.random.PRNGKey(0)) if backend.name == "numpyro" else cox.elbo(ev)
+        values = [model.elbo(Xa, backend.array(y)), *model.predict_f(Xa, part="gp"), *linear.predict_f(Xa, part="mean"),
+                  cox_elbo, *cox.intensity(ev, part="mean")[:2]]
+        results.append([backend.numpy(v) for v in values])
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
