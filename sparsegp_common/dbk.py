@@ -583,7 +583,7 @@ class SVDBK(_DeepBasis, GPPrior):
             w = self._ppl.sample(f"{self.name}.w", posterior.prior_u())
             with prior._data(X, plate) as Xb:
                 Phi = posterior.features(Xb)
-                f = prior.add_mean(Phi @ w, Xb)
+                f = prior.plus_mean_function(Phi @ w, Xb)
                 if self.variance_correction:
                     xp = namespace(f)
                     c = correction(_sq_norms(Phi))

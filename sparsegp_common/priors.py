@@ -76,7 +76,7 @@ class GPPrior:
             return posterior
         return MeanShifted(posterior, mean_function, part)
 
-    def add_mean(self, f, X):
+    def plus_mean_function(self, f, X):
         """``f + m(X)``, for methods that form ``f`` of the zero-mean GP themselves."""
         mean_function = getattr(self, "mean_function", None)
         return f if mean_function is None else add_mean(f, mean_function.evaluate(X))

@@ -342,7 +342,7 @@ def estimated_moments(prior, X, u=None, key=None):
         K = Kuf(features, kernel, X)
         moments = u @ K, Kff - namespace(K).sum(K**2, axis=0)
     # the mean function shifts the estimate of E[f]; the second moment's estimate stays unbiased
-    return prior.add_mean(moments[0], X), moments[1]
+    return prior.plus_mean_function(moments[0], X), moments[1]
 
 
 class VOFModel:

@@ -307,3 +307,21 @@ def test_backends_agree_with_mean_functions():
         results.append([backend.numpy(v) for v in values])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_vof_data_term_carries_the_mean(backend):
+    """The VOF data term forms ``f`` itself (Hermite features: ``u`` sampled in the SVI loss,
+    integrated in ``elbo``): both carry the mean, as ``GPModel`` does."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(40, 1))
+    y = 0.5 + 1.5 * X[:, 0] + np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=40)
+    lib, Xa, ya = backend.lib, backend.array(X), backend.array(y)
+    kernel = backend.kernel("rbf", [0.8], 1.0)
+    mean = lib.Linear([1.5], bias=0.5)
+    prior = lib.SVGP(kernel, lib.HermiteFeatures(8, backend.array([1.0]), kernel=kernel), mean_function=mean)
+    lik = backend.set(lib.Gaussian(), variance=0.1)
+    vof = lib.VOFModel(prior, lik)
+    exact = float(backend.numpy(lib.GPModel(prior, lik).elbo(Xa, ya)))
+    assert float(backend.numpy(vof.elbo(Xa, ya))) == pytest.approx(exact, rel=1e-10)
+    losses = np.array([backend.loss(vof.model, vof.guide, Xa, ya, seed=s) for s in range(100)])
+    assert abs(-losses.mean() - exact) < 4 * losses.std(ddof=1) / np.sqrt(len(losses))
