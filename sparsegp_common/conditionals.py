@@ -14,7 +14,7 @@ from .ops import namespace
 __all__ = ["Unwhitened", "Whitened", "conditional", "strategy"]  # what the backends re-export
 
 
-def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False):
+def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False, cross=None):
     """Moments of q(f(X)).
 
     Args:
@@ -24,6 +24,9 @@ def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False):
         q: the variational distribution (a family of :mod:`~sparsegp_common.variational`).
         whiten: whether ``u = Luu v`` with ``q(v) = N(q_mu, S)``.
         full_cov: return the full ``(..., N, N)`` covariance instead of the variances.
+        cross: ``batch_shape + (M, P)``, directions of ``q_mu`` (see
+            :class:`~sparsegp_common.mean_functions.CoupledMean`); given, ``B^T cross``
+            (``batch_shape + (N, P)``) is returned as a third value.
 
     Returns:
         ``mean`` of shape ``batch_shape + (N,)`` and ``var`` (``batch_shape + (N,)``) or
@@ -35,9 +38,11 @@ def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False):
     mean = (q.q_mu[..., None, :] @ B)[..., 0, :]
     SB = q.scale_project(B)
     if full_cov:
-        return mean, Kff - A.mT @ A + SB.mT @ SB
-    var = Kff - xp.sum(A**2, axis=-2) + xp.sum(SB**2, axis=-2)
-    return mean, xp.clip(var, min=float(xp.finfo(var.dtype).tiny))
+        var = Kff - A.mT @ A + SB.mT @ SB
+    else:
+        var = Kff - xp.sum(A**2, axis=-2) + xp.sum(SB**2, axis=-2)
+        var = xp.clip(var, min=float(xp.finfo(var.dtype).tiny))
+    return (mean, var) if cross is None else (mean, var, B.mT @ cross)
 
 
 def sum_components(mean, var, component_shape, latent_shape, num_points, full_cov=False):
@@ -83,8 +88,8 @@ class Whitened:
     def prior_factor(self, Luu):
         return None
 
-    def marginals(self, Kuf, Luu, Kff, q, full_cov=False):
-        return conditional(Kuf, Luu, Kff, q, whiten=self.whiten, full_cov=full_cov)
+    def marginals(self, Kuf, Luu, Kff, q, full_cov=False, cross=None):
+        return conditional(Kuf, Luu, Kff, q, whiten=self.whiten, full_cov=full_cov, cross=cross)
 
 
 class Unwhitened(Whitened):

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from .linalg import solve_lower
 from .ops import device, namespace
 
 #: Initial scale of ``q`` (``coefficients_scale_tril = INIT_SCALE * I``) when the coefficients have a
@@ -74,21 +75,16 @@ class MeanFunction:
                 raise ValueError("this mean function's coefficients have a prior: its value needs sampled "
                                  "coefficients (this objective takes fitted coefficients only: drop the prior)")
             c = self.coefficients
-        return _apply(self.features(X), c)
+        return _apply(self.features(X), c, len(self.shape) == 2)
 
     def moments(self, X):
-        """Mean and variance ``(N,)`` / ``(N, L)`` of ``m(X)`` under ``q`` (variance None without a prior)."""
+        """``m(X)`` under ``q``: its mean ``(N,)`` / ``(N, L)``, and its loadings ``F(X) L_c``
+        ``(N, P)`` / ``(L, N, P)`` on the standardised coefficients (``m = mean + loadings e``,
+        ``e ~ N(0, I)``; None without a prior)."""
         F = self.features(X)
         if self.coefficient_prior is None:
-            return _apply(F, self.coefficients), None
-        FL = F @ self.coefficients_scale_tril  # (N, P) or (L, N, P)
-        var = namespace(FL).sum(FL**2, axis=-1)
-        return _apply(F, self.coefficients_loc), (var if var.ndim == 1 else var.mT)
-
-    def covariance(self, X):
-        """``F S F^T`` under ``q``: ``(N, N)``, or ``(L, N, N)`` for L latent functions."""
-        FL = self.features(X) @ self.coefficients_scale_tril
-        return FL @ FL.mT
+            return _apply(F, self.coefficients, len(self.shape) == 2), None
+        return _apply(F, self.coefficients_loc, len(self.shape) == 2), F @ self.coefficients_scale_tril
 
     def coefficient_distribution(self, guide):
         """The coefficients' prior (model) or ``q`` (guide), with event shape :attr:`shape`."""
@@ -231,9 +227,10 @@ def _stack(checks, weights, bias):
     return xp.concat([bias[..., None], weights], axis=-1)
 
 
-def _apply(F, c):
-    """``F @ c``: ``(N,)`` for ``c`` ``(P,)``, ``(N, L)`` for ``(L, P)``."""
-    return F @ c if c.ndim == 1 else F @ c.mT
+def _apply(F, c, per_latent):
+    """``F c``: ``(N,)`` for ``c`` ``(P,)``, ``(N, L)`` for ``(L, P)`` (``per_latent``); draws of ``c``
+    with leading sample axes (``sample_shape + (1,) + (P,)`` for a data plate at dim -1) broadcast."""
+    return namespace(F, c).sum((F[:, None, :] if per_latent else F) * c, axis=-1)
 
 
 def add_mean(mean, m):
@@ -245,7 +242,8 @@ class MeanShifted:
     """``q(f)`` of a prior with a mean function: the method's posterior of ``g`` (every attribute
     but ``marginals`` and ``kl`` is its own), with ``m(X)`` added to the means. ``part`` selects
     ``"f"`` (``m + g``), ``"gp"`` (``g``) or ``"mean"`` (``m``). Coefficients with a prior are
-    read at :attr:`coefficients` once sampled (the model and guide), else integrated over ``q``."""
+    read at :attr:`coefficients` once sampled (the model and guide), else integrated over ``q``,
+    independent of ``q(g)``."""
 
     def __init__(self, gp, mean_function, part="f"):
         self.gp, self.mean_function, self.part = gp, mean_function, part
@@ -259,29 +257,88 @@ class MeanShifted:
         kl = self.gp.kl()
         return kl if self.coefficients is not None else kl + self.mean_function.coefficient_kl()
 
-    def _mean_moments(self, X, full_cov):
-        mf = self.mean_function
-        if self.coefficients is not None:
-            return mf.evaluate(X, self.coefficients), None
-        if not full_cov:
-            return mf.moments(X)
-        m, var = mf.moments(X)
-        return m, None if var is None else mf.covariance(X)
-
     def marginals(self, X, full_cov=False):
         mean, var = self.gp.marginals(X, full_cov)
         if self.part == "gp":
             return mean, var
-        m, m_var = self._mean_moments(X, full_cov)
+        if self.coefficients is not None:
+            return self._plus(mean, var, self.mean_function.evaluate(X, self.coefficients))
+        return self._plus(mean, var, *self.mean_function.moments(X), full_cov)
+
+    def _plus(self, mean, var, m, loadings=None, full_cov=False):
+        """The ``part`` of ``g``'s moments (``mean``, ``var``) and of ``m``, plus the variance
+        ``loadings loadings^T`` (``(N, P)`` or ``(L, N, P)``) of the standardised coefficients."""
         xp = namespace(mean)
         if self.part == "mean":
             mean, var = xp.zeros_like(mean), xp.zeros_like(var)
-        mean = add_mean(mean, m)
-        if m_var is None:
+        if self.part != "gp":
+            mean = add_mean(mean, m)
+        if loadings is None:
             return mean, var
-        if full_cov and var.ndim == 3 and m_var.ndim == 2:  # one shared mean over L latent functions
-            m_var = m_var[None]
-        return mean, (add_mean(var, m_var) if not full_cov else var + m_var)
+        if full_cov:
+            return mean, var + loadings @ loadings.mT
+        extra = xp.sum(loadings**2, axis=-1)
+        return mean, add_mean(var, extra if extra.ndim == 1 else extra.mT)
+
+
+class CoupledMean(MeanShifted):
+    """``q(f)`` of an SVGP whose mean function has Gaussian-prior coefficients ``c``, jointly
+    Gaussian with the GP's inducing variables ``v`` (``u``, or its whitened ``v``):
+
+        c = coefficients_loc + L_c e,    v = q_mu + W e + q_sqrt eta,    e, eta ~ N(0, I),
+
+    i.e. the joint Cholesky factor ``[[L_c, 0], [W, q_sqrt]]`` with ``W = q_sqrt_cross``
+    ``(..., M, P)``. A coefficient confounded with the GP then gets its posterior spread (an
+    independent ``q(c) q(v)`` is too sure of it); ``W = 0`` is that independent ``q``.
+
+    Given sampled ``c`` (the model and guide) the GP's posterior is the SVGP's own with ``q_mu``
+    moved by ``W e`` (:meth:`given`), its KL the closed form at that ``q_mu``; integrated over
+    ``c``, ``f = F c + g`` has the ``e``-loadings ``F L_c + B^T W`` and the KL gains the
+    coefficients' KL and ``E_e |W e|^2 / 2`` (:meth:`SVGPPosterior.cross_kl`)."""
+
+    def __init__(self, gp, mean_function, part, cross):
+        super().__init__(gp, mean_function, part)
+        self.cross = cross
+
+    def _standardised(self):
+        """``e = L_c^{-1} (c - loc)`` at the sampled coefficients: ``sample_shape + (P,)`` / ``(L, P)``."""
+        mf = self.mean_function
+        return solve_lower(mf.coefficients_scale_tril, (self.coefficients - mf.coefficients_loc)[..., None])[..., 0]
+
+    def _shift(self):
+        """``W e``, the move of ``q_mu`` given the coefficients: ``sample_shape + q_mu.shape``."""
+        e, W = self._standardised(), self.cross
+        coefficient_batch = self.mean_function.shape[:-1]
+        sample_shape = tuple(e.shape[:e.ndim - len(self.mean_function.shape)])
+        ones = (1,) * (W.ndim - 2 - len(coefficient_batch))  # component axes, and the latent axis of shared ones
+        e = namespace(e).reshape(e, sample_shape + ones + tuple(coefficient_batch) + (1, e.shape[-1]))
+        return namespace(e).sum(W * e, axis=-1)
+
+    def kl(self):
+        if self.coefficients is not None:
+            return self.gp.kl() + self.gp.shift_kl(self._shift())
+        return self.gp.kl() + self.gp.cross_kl(self.cross) + self.mean_function.coefficient_kl()
+
+    def q_u(self):
+        """``q(u | c)`` once ``c`` is sampled, else its marginal."""
+        if self.coefficients is not None:
+            return self.gp.q_u(shift=self._shift())
+        return self.gp.q_u(cross=self.cross)
+
+    def marginals(self, X, full_cov=False):
+        mf = self.mean_function
+        mean, var, loadings = self.gp.marginals(X, full_cov, self.cross)
+        if self.coefficients is not None:  # q(g | c): its mean moves by B^T W e
+            xp, e = namespace(loadings), self._standardised()
+            if loadings.ndim == 3:  # (L, N, P) -> (N, L, P), points first as in the means
+                loadings = xp.permute_dims(loadings, (1, 0, 2))
+                e = e[..., None, :] if len(mf.shape) == 1 else e
+            mean = mean + xp.sum(loadings * e, axis=-1)
+            return self._plus(mean, var, mf.evaluate(X, self.coefficients))
+        if self.part == "gp":
+            return self._plus(mean, var, None, loadings, full_cov)
+        m, mean_loadings = mf.moments(X)
+        return self._plus(mean, var, m, mean_loadings if self.part == "mean" else loadings + mean_loadings, full_cov)
 
 
 CLASSES = (MeanFunction, Zero, Constant, Linear, Covariates)

@@ -24,7 +24,7 @@ The user's own likelihood site then scores ``f`` like any other latent variable.
 """
 import contextlib
 
-from .mean_functions import MeanFunction, MeanShifted, Zero, add_mean
+from .mean_functions import CoupledMean, MeanFunction, MeanShifted, Zero, add_mean
 from .ops import namespace
 
 
@@ -74,6 +74,9 @@ class GPPrior:
             if part == "mean":
                 return MeanShifted(posterior, self._adapted[Zero](), part)
             return posterior
+        cross = getattr(self, "q_sqrt_cross", None)
+        if cross is not None:
+            return CoupledMean(posterior, mean_function, part, cross)
         return MeanShifted(posterior, mean_function, part)
 
     def plus_mean_function(self, f, X):
@@ -120,13 +123,14 @@ class GPPrior:
         """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor
         ``<name>.kl`` = ``-KL``; returns ``u`` (None for methods without one). Used by
         :meth:`model`, :meth:`guide` and the objectives."""
-        u_dist = posterior.q_u() if guide else posterior.prior_u()
-        u = None if u_dist is None else self._sites.sample(f"{self.name}.u", u_dist.mask(False))
         if isinstance(posterior, MeanShifted) and posterior.mean_function.coefficient_prior is not None:
+            # first: q(u) may depend on them (CoupledMean)
             posterior.coefficients = self._sites.sample(
                 self._coefficient_site, posterior.mean_function.coefficient_distribution(guide))
-        if not guide:  # the GP's KL only: sampled coefficients are scored by their own site
-            self._sites.factor(f"{self.name}.kl", -getattr(posterior, "gp", posterior).kl())
+        u_dist = posterior.q_u() if guide else posterior.prior_u()
+        u = None if u_dist is None else self._sites.sample(f"{self.name}.u", u_dist.mask(False))
+        if not guide:  # the GP's KL given the coefficients: sampled, they are scored by their own site
+            self._sites.factor(f"{self.name}.kl", -posterior.kl())
         return u
 
     @contextlib.contextmanager

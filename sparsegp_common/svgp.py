@@ -5,8 +5,8 @@ import numbers
 from . import checks, variational
 from .conditionals import check_batch, strategy, sum_components
 from .features import Features, InducingPoints, Kuf, Kuu
-from .linalg import cholesky
-from .ops import backend, namespace
+from .linalg import cholesky, solve_lower
+from .ops import backend, device, namespace
 from .priors import GPPrior
 
 
@@ -27,7 +27,9 @@ class SVGP(GPPrior):
         cholesky_dtype: factorise ``Kuu`` in this dtype (e.g. float64 inside a float32 model;
             in JAX it needs ``jax_enable_x64``) and cast the factor back.
         mean_function: a :class:`~sparsegp_common.mean_functions.MeanFunction` ``m`` (``f = m + g``);
-            None: zero.
+            None: zero. When its coefficients have a prior, ``q`` couples them with ``u``: the
+            parameter ``q_sqrt_cross`` ``(..., M, P)`` is the off-diagonal block of their joint
+            Cholesky factor (see :class:`~sparsegp_common.mean_functions.CoupledMean`).
         name: prefix of the parameter and sample-site names (``<name>.q_mu``, ``<name>.u``, ...).
 
     ``q`` starts at the prior (``KL = 0``).
@@ -56,6 +58,11 @@ class SVGP(GPPrior):
         q_mu, q_sqrt = self.family.initial(features.num_inducing, batch_shape, like, Luu)
         self._param("q_mu", q_mu)
         self._param("q_sqrt", q_sqrt, self.family.q_sqrt_constraint)
+        if mean_function is not None and mean_function.coefficient_prior is not None:
+            # coefficients and u jointly Gaussian (CoupledMean); 0: independent at the start
+            xp = namespace(q_mu)
+            self._param("q_sqrt_cross", xp.zeros(tuple(q_mu.shape) + (mean_function.num_features,), dtype=q_mu.dtype,
+                                                 device=device(q_mu)))
 
     @property
     def input_dim(self):
@@ -78,7 +85,10 @@ class SVGP(GPPrior):
 
 
 class SVGPPosterior:
-    """q(f) of an :class:`SVGP` with its parameters read once; ``Luu`` is computed on first use."""
+    """q(f) of an :class:`SVGP` with its parameters read once; ``Luu`` is computed on first use.
+
+    The methods taking ``cross`` (``batch_shape + (M, P)``) serve a mean function whose coefficients
+    are coupled to ``u`` (:class:`~sparsegp_common.mean_functions.CoupledMean`)."""
 
     def __init__(self, prior):
         self.kernel, self.features, self.num_latent = prior.kernel, prior.features, prior.num_latent
@@ -94,19 +104,51 @@ class SVGPPosterior:
     def kl(self):
         return self.q.kl(self.strategy.prior_factor(self.Luu))
 
+    def cross_kl(self, cross):
+        """``E_e KL[N(q_mu + cross e, S) || p] - KL[q || p]`` for ``e ~ N(0, I)``: the trace of ``cross``'s
+        outer product under the prior's precision."""
+        Luu = self.strategy.prior_factor(self.Luu)
+        return 0.5 * namespace(cross).sum((cross if Luu is None else solve_lower(Luu, cross)) ** 2)
+
+    def shift_kl(self, shift):
+        """``KL[N(q_mu + shift, S) || p] - KL[q || p]``; ``shift`` ``sample_shape + q_mu.shape``,
+        the result ``sample_shape``."""
+        Luu = self.strategy.prior_factor(self.Luu)
+        xp = namespace(shift)
+
+        def mahalanobis(m):
+            m = m if Luu is None else solve_lower(Luu, m[..., None])[..., 0]
+            return xp.sum(m**2, axis=tuple(range(-self.q_mu.ndim, 0)))
+
+        return 0.5 * (mahalanobis(self.q_mu + shift) - mahalanobis(self.q_mu))
+
     def prior_u(self):
         return variational.prior_distribution(self.dist, self.q_mu, self.strategy.prior_factor(self.Luu))
 
-    def q_u(self):
-        return self.q.distribution(self.dist)
+    def q_u(self, shift=None, cross=None):
+        """``q(u)`` (of ``v`` when whitened); with ``shift``, its mean moved (``sample_shape +
+        q_mu.shape``); with ``cross``, ``N(q_mu, S + cross cross^T)``."""
+        q = self.q
+        if shift is not None:
+            q = type(q)(self.q_mu + shift, self.q_sqrt)
+        if cross is not None:
+            S = q.dense_scale()
+            q = variational.CholeskyGaussian(self.q_mu, cholesky(S @ S.mT + cross @ cross.mT, 0.0))
+        return q.distribution(self.dist)
 
-    def marginals(self, X, full_cov=False):
+    def marginals(self, X, full_cov=False, cross=None):
+        """Moments of ``q(f(X))``; with ``cross``, also ``B^T cross`` ``latent_shape + (N, P)``."""
         Kff = self.kernel.K(X) if full_cov else self.kernel.K_diag(X)
-        mean, var = self.strategy.marginals(Kuf(self.features, self.kernel, X), self.Luu, Kff, self.q, full_cov)
-        mean, var = sum_components(mean, var, self.component_shape, self.latent_shape, X.shape[0], full_cov)
-        if self.num_latent is None:
+        moments = self.strategy.marginals(Kuf(self.features, self.kernel, X), self.Luu, Kff, self.q, full_cov, cross)
+        mean, var = sum_components(*moments[:2], self.component_shape, self.latent_shape, X.shape[0], full_cov)
+        if self.num_latent is not None:
+            mean, var = mean.mT, (var if full_cov else var.mT)
+        if cross is None:
             return mean, var
-        return mean.mT, (var if full_cov else var.mT)
+        Bc = moments[2]
+        if self.component_shape:
+            Bc = namespace(Bc).sum(Bc, axis=tuple(range(len(self.component_shape))))
+        return mean, var, Bc
 
 
 def _factor(features, kernel, jitter, cholesky_dtype):

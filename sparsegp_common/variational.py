@@ -48,7 +48,8 @@ class CholeskyGaussian:
         return _gaussian_kl(self, Luu)
 
     def distribution(self, dist):
-        return dist.MultivariateNormal(self.q_mu, scale_tril=self.q_sqrt).to_event(self.q_mu.ndim - 1)
+        # event axes from q_sqrt: q_mu may carry leading sample axes (a mean moved per draw)
+        return dist.MultivariateNormal(self.q_mu, scale_tril=self.q_sqrt).to_event(self.q_sqrt.ndim - 2)
 
 
 class DiagonalGaussian(CholeskyGaussian):
@@ -75,7 +76,7 @@ class DiagonalGaussian(CholeskyGaussian):
         return self.q_sqrt[..., None] * B
 
     def distribution(self, dist):
-        return dist.Normal(self.q_mu, self.q_sqrt).to_event(self.q_mu.ndim)
+        return dist.Normal(self.q_mu, self.q_sqrt).to_event(self.q_sqrt.ndim)
 
 
 def family(diagonal):

@@ -115,6 +115,56 @@ class SVGPRef:
         return scale * ell(y, mean, np.diag(cov)).sum() - self.kl()
 
 
+class CoupledRef:
+    """SVGPs ``f_l = F(X) c + g_l`` (``g_l`` the zero-mean GP of ``svgps[l]``) sharing coefficients
+    ``c ~ N(prior_loc, prior_scale^2 I)``, with ``q`` jointly Gaussian over ``(c, v_1, ..., v_L)``:
+    ``c = loc + Lc e``, ``v_l = q_mu_l + W_l e + chol(S_l) eta_l``; ``v_l = u_l``, or ``u_l = chol(Kuu) v_l``
+    when whitened. The joint mean and covariance are formed densely and everything is read from them."""
+
+    def __init__(self, svgps, features, loc, Lc, W, prior_loc, prior_scale):
+        self.svgps, self.features, self.loc, self.Lc, self.W = svgps, features, loc, Lc, W
+        self.prior_loc, self.prior_scale = prior_loc, prior_scale
+
+    def _block(self, l):
+        P, M = len(self.loc), len(self.svgps[0].q_mu)
+        return slice(P + l * M, P + (l + 1) * M)
+
+    def joint(self):
+        P = len(self.loc)
+        size = P + sum(len(s.q_mu) for s in self.svgps)
+        T = np.zeros((size, size))
+        T[:P, :P] = self.Lc
+        for l, svgp in enumerate(self.svgps):
+            T[self._block(l), :P] = self.W[l]
+            T[self._block(l), self._block(l)] = np.linalg.cholesky(svgp.S)
+        return np.concatenate([self.loc] + [s.q_mu for s in self.svgps]), T @ T.T
+
+    def kl(self):
+        """KL of the joint q against the prior ``N(prior_loc, prior_scale^2 I) x prod_l p(v_l)``."""
+        P = len(self.loc)
+        mean, cov = self.joint()
+        prior_cov = np.zeros_like(cov)
+        prior_cov[:P, :P] = self.prior_scale**2 * np.eye(P)
+        for l, svgp in enumerate(self.svgps):
+            prior_cov[self._block(l), self._block(l)] = np.eye(len(svgp.q_mu)) if svgp.whiten else svgp.Kuu
+        prior_mean = np.concatenate([np.full(P, self.prior_loc), np.zeros(len(mean) - P)])
+        return gaussian_kl(mean, cov, prior_mean, prior_cov)
+
+    def predict(self, X, l=0, part="f"):
+        """Mean (N,) and covariance (N, N) of q(f_l(X)), or of its ``"mean"`` or ``"gp"`` part."""
+        svgp, P = self.svgps[l], len(self.loc)
+        mean, cov = self.joint()
+        Kfu = svgp.k(X, svgp.Z)
+        proj = np.linalg.solve(svgp.Kuu, Kfu.T).T  # Kfu Kuu^-1: E[g | u] = proj u
+        G = np.zeros((len(X), len(mean)))
+        if part != "gp":
+            G[:, :P] = self.features(X)
+        if part != "mean":
+            G[:, self._block(l)] = proj @ np.linalg.cholesky(svgp.Kuu) if svgp.whiten else proj
+        residual = 0.0 if part == "mean" else svgp.k(X, X) - proj @ Kfu.T
+        return G @ mean, G @ cov @ G.T + residual
+
+
 # ---------------------------------------------------------------- likelihoods
 
 

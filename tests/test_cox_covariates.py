@@ -1,6 +1,6 @@
 """Coefficient recovery: a log-Gaussian Cox process simulated with two covariate images and known
 coefficients (with and without a GP term), fitted with a ``Covariates`` mean (a prior on the
-coefficients) and the default randomised rule, in both backends."""
+coefficients, coupled with the GP's u) and the default randomised rule, in both backends."""
 import numpy as np
 import pytest
 
@@ -36,14 +36,16 @@ def test_covariate_coefficients_are_recovered(backend):
     """No GP term in the truth (the model still has one): every coefficient within 2 sd."""
     loc, sd = fitted_coefficients(backend, *simulate(variance=0.0))
     assert np.all(np.abs(loc - TRUE) < 2 * sd), (loc, sd, (loc - TRUE) / sd)
-    assert np.all(sd < 0.06), sd  # a Poisson GLM's are 0.03-0.04: no bound met by inflated sd
+    # a Poisson GLM's are 0.03-0.04; the GP in the model widens them (0.04-0.065): no inflated sd passes
+    assert np.all(sd[1:] < 0.08) and sd[0] < 0.25, sd
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="q(coefficients) is independent of q(u): with a GP term in the truth the "
-                                       "coefficients' sd come out too small (issue 22 stays open for a joint q)")
 def test_covariate_coefficients_are_recovered_beside_a_gp_term(backend):
-    """A GP term (variance 0.1, lengthscale 0.25) in the truth: the covariates' coefficients should
-    lie within 2 sd; the independent q misses (z = -3.9 for the first image, seed 1)."""
-    loc, sd = fitted_coefficients(backend, *simulate(seed=1))
+    """A GP term (variance 0.1, lengthscale 0.25) in the truth: the covariates' coefficients lie
+    within 2 sd. Seed 4, where a q of the coefficients independent of u missed (z = -3.9 for the
+    second image, sd 0.03); the joint q gives z = 0.7-0.8 and -0.8 (sd 0.07 and 0.1). The intercept
+    also absorbs the GP draw's mean level, so it is not compared."""
+    loc, sd = fitted_coefficients(backend, *simulate(seed=4))
     assert np.all(np.abs(loc[1:] - TRUE[1:]) < 2 * sd[1:]), (loc, sd, (loc - TRUE) / sd)
+    assert np.all(sd[1:] < 0.12), sd

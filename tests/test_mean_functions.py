@@ -280,7 +280,7 @@ def test_export_holds_the_mean_and_the_coefficient_draws(backend):
 
 def test_backends_agree_with_mean_functions():
     """Pyro and NumPyro to 1e-10 on the same inputs and parameters: a GP model with a linear mean,
-    a Cox process with a raster mean (the pixel rule) and coefficients with a prior."""
+    a Cox process with a raster mean (the pixel rule) and coefficients with a prior, coupled with ``u``."""
     from backends import NumPyroBackend, PyroBackend
 
     from sparsegp_common.raster import Raster
@@ -290,6 +290,7 @@ def test_backends_agree_with_mean_functions():
     y = rng.normal(size=len(X))
     raster = Raster(rng.normal(size=(2, 5, 6)), ((-3.0, 3.0), (-3.0, 3.0)), standardize=True)
     events = rng.uniform(-2.5, 2.5, (15, 2))
+    cross = 0.3 * rng.normal(size=(len(Z), 3))  # the coefficients coupled with u
     results = []
     for backend in (PyroBackend(), NumPyroBackend()):
         backend.reset()
@@ -298,12 +299,12 @@ def test_backends_agree_with_mean_functions():
         model = lib.GPModel(linear, backend.set(lib.Gaussian(), variance=0.2))
         covariates = lib.Covariates(raster, [0.5, -0.2], bias=1.0,
                                     prior=backend.ppl.distributions.Normal(backend.array(0.0), backend.array(5.0)))
-        cox = lib.CoxProcess(backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=covariates), [[-3.0, 3.0], [-3.0, 3.0]],
-                             raster.rule())
+        cox_gp = backend.set(backend.svgp(Z, KERN, q_mu, q_sqrt, mean_function=covariates), q_sqrt_cross=cross)
+        cox = lib.CoxProcess(cox_gp, [[-3.0, 3.0], [-3.0, 3.0]], raster.rule())
         ev = backend.array(events)
         cox_elbo = cox.elbo(ev, key=jax.random.PRNGKey(0)) if backend.name == "numpyro" else cox.elbo(ev)
         values = [model.elbo(Xa, backend.array(y)), *model.predict_f(Xa, part="gp"), *linear.predict_f(Xa, part="mean"),
-                  cox_elbo, *cox.intensity(ev, part="mean")[:2]]
+                  cox_elbo, *cox.intensity(ev, part="mean")[:2], *cox.intensity(ev)[:2]]
         results.append([backend.numpy(v) for v in values])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
