@@ -17,14 +17,15 @@ of variance 0.1 and lengthscale 0.25, about 1,100 events, split 80/20 the same w
 ``Covariates`` mean (prior N(0, 10^2) on the coefficients; lr decayed 20-fold over the run) by the
 default randomised rule, a fixed
 32 x 32 Gauss-Legendre rule and the images' 40 x 40 pixel rule; the coefficients column gives the
-covariates' fitted effects with their ``q`` standard deviations.
+covariates' fitted effects with their ``q`` standard deviations. ``gorillas``: a real pattern
+with covariate images, in its own table (see :mod:`benchmarks.cox_gorillas`).
 """
 import math
 import time
 
 import numpy as np
 
-from . import harness
+from . import cox_gorillas, harness
 
 COLUMNS = [
     ("data", "dataset", "{}"), ("likelihood", "method", "{}"), ("points / cells", "points", "{}"),
@@ -34,8 +35,12 @@ COLUMNS = [
 ]
 
 
-def title(rows):
-    return "cox: Cox-process likelihoods, held-out log-likelihood (80/20 thinning) and wall time (Pyro, float64)"
+def tables(rows):
+    """``[(title, columns, rows)]``: the likelihoods and rules, then the real ``gorillas`` pattern."""
+    main = [r for r in rows if r.get("table") != "gorillas"]
+    gorillas = [r for r in rows if r.get("table") == "gorillas"]
+    title = "cox: Cox-process likelihoods, held-out log-likelihood (80/20 thinning) and wall time (Pyro, float64)"
+    return [(title, COLUMNS, main)] + ([(cox_gorillas.TITLE, cox_gorillas.COLUMNS, gorillas)] if gorillas else [])
 
 
 def methods(dim, quick):
@@ -158,4 +163,5 @@ def run(quick):
         model, result, seconds = fit(events[:, None], window, rule, steps, 1.5, 12)
         rows.append({"suite": "cox", "dataset": "simulated", "method": method, "points": points, "steps": steps,
                      "num_train": len(events), "seconds": seconds, "recovery": recovery_error(model, result)})
-    return rows + covariate_rows(steps)
+    name = "cox_gorillas_quick.png" if quick else "cox_gorillas.png"
+    return rows + covariate_rows(steps) + cox_gorillas.rows(steps, harness.REPO / "outputs" / "benchmarks" / name)

@@ -11,12 +11,12 @@ from numpyro.distributions import Distribution, constraints
 
 from sparsegp_common import cox as core
 from sparsegp_common.raster import PixelRule
-from sparsegp_common.windows import Binned, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
+from sparsegp_common.windows import Binned, GaussLegendre, Interval, Polygon, Rectangle, StratifiedMC, UserRule
 
 from . import checks, predict, sites
 from .linalg import cholesky
 
-__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "PixelRule", "Rectangle", "StratifiedMC",
+__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "PixelRule", "Polygon", "Rectangle", "StratifiedMC",
            "UserRule"]
 
 

@@ -1,7 +1,7 @@
 """Scalable variational Gaussian-process priors for Pyro."""
 from . import conditionals, datasets, dbk, kernels, likelihoods, mean_functions, quadrature, variational, vof
 from .conditionals import conditional
-from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, PixelRule, Rectangle, StratifiedMC, UserRule
+from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, PixelRule, Polygon, Rectangle, StratifiedMC, UserRule
 from .dbk import ExactDBK, SVDBK, SVDBKPosterior
 from .decoupled import DecoupledGP
 from .diagnostics import to_inference_data
@@ -23,7 +23,7 @@ __all__ = [
     "DecoupledGP", "ExactDBK", "ExpectedLikelihood", "Features", "FitResult", "FourierFeatures",
     "GPModel", "GPPrior", "GaussLegendre", "Gaussian", "HermiteFeatures", "InducingPoints",
     "Interval", "Kuf", "Kuu", "LegendreFeatures", "Linear", "MeanFunction", "Matern12", "Matern32", "Matern52", "PixelRule",
-    "Poisson", "Prediction", "Product", "RBF", "Raster", "Rectangle", "SVDBK", "SVDBKPosterior", "SVGP", "Softmax",
+    "Poisson", "Polygon", "Prediction", "Product", "RBF", "Raster", "Rectangle", "SVDBK", "SVDBKPosterior", "SVGP", "Softmax",
     "SpectralFeatures", "SquaredExponential", "StratifiedMC", "StudentT", "Sum", "UserRule",
     "VOFModel", "Zero", "cholesky", "conditional", "conditionals", "datasets", "dbk", "fit", "kernels",
     "likelihoods", "mean_functions", "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data",

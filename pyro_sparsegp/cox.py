@@ -7,11 +7,11 @@ from torch.distributions import constraints
 
 from sparsegp_common import cox as core
 from sparsegp_common.raster import PixelRule
-from sparsegp_common.windows import Binned, GaussLegendre, Interval, Rectangle, StratifiedMC, UserRule
+from sparsegp_common.windows import Binned, GaussLegendre, Interval, Polygon, Rectangle, StratifiedMC, UserRule
 
 from . import checks, predict, sites
 
-__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "PixelRule", "Rectangle", "StratifiedMC",
+__all__ = ["Binned", "CoxEvents", "CoxProcess", "GaussLegendre", "Interval", "PixelRule", "Polygon", "Rectangle", "StratifiedMC",
            "UserRule"]
 
 

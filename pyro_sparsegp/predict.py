@@ -2,6 +2,7 @@
 :mod:`sparsegp_common.prediction`); Pyro evaluates inside the module's parameter context, without
 an autograd graph."""
 import contextlib
+import warnings
 
 import torch
 from pyro import poutine
@@ -22,6 +23,8 @@ def _evaluating(module, params, seed=None):
         if params is not None:  # only the module's own: substitute warns about names it does not see
             own = {k: v for k, v in params.items() if k.startswith(module.name + ".")}
             stack.enter_context(poutine.substitute(data=own))
+            stack.enter_context(warnings.catch_warnings())  # nor of those a part leaves unread (part="gp")
+            warnings.filterwarnings("ignore", message="pyro.module .* did not find params", category=UserWarning)
         stack.enter_context(active(module))
         if seed is not None:
             stack.enter_context(torch.random.fork_rng())  # the global RNG is left as it was

@@ -176,6 +176,10 @@ class CoxProcess(Documented):
             points = points + ops.uniform(key_points, points.shape, points.dtype, device(points)) * self._array(layout.widths)
         elif self.rule.random:  # a fixed stand-in: the cells' midpoints
             points = points + self._array(layout.widths) / 2
+        if isinstance(self.window, windows.Polygon):  # nodes outside weigh nothing; moved inside for the covariates
+            inside = self.window.indicator(points)
+            weights = weights * inside
+            points = namespace(points).where(inside[:, None] > 0, points, self._array(self.window.anchor))
         if not subsample:
             return points, weights, None
         index = ops.permutation(key_index, len(weights), device(points))[: self.integration_batch]
@@ -352,10 +356,11 @@ class CoxProcess(Documented):
         steps = np.maximum(np.round(resolution * np.array([x1 - x0, y1 - y0]) / max(x1 - x0, y1 - y0)), 2).astype(int)
         gx, gy = np.meshgrid(np.linspace(x0, x1, steps[0]), np.linspace(y0, y1, steps[1]))
         grid = np.stack([gx.ravel(), gy.ravel()], axis=-1)
-        pred = self.intensity(self._array(grid), quantiles=(0.025, 0.975), part=part, params=params)
+        inside = self.window.contains(grid)  # a Polygon's or UserRule's shape; covariates may stop at it
+        pred = self.intensity(self._array(grid[inside]), quantiles=(0.025, 0.975), part=part, params=params)
         mean, (low, high) = self._checks.host(pred.mean), self._checks.host(pred.quantiles)
-        values = {"mean": mean, "lower": low, "upper": high, "width": (high - low) / mean}[stat]
-        values = np.where(self.window.contains(grid), values, np.nan)  # a UserRule window's shape
+        values = np.full(len(grid), np.nan)
+        values[inside] = {"mean": mean, "lower": low, "upper": high, "width": (high - low) / mean}[stat]
         ax = ax if ax is not None else plt.subplots(figsize=(6, 6 * (y1 - y0) / (x1 - x0) + 0.5))[1]
         image = ax.pcolormesh(gx, gy, values.reshape(gx.shape), shading="auto", **{"cmap": "viridis", **kwargs})
         if events is not None:

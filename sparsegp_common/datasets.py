@@ -13,10 +13,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .spatstat import ImagePattern, load_image_pattern
+
 __all__ = [  # what the backends re-export
     "FLIGHTS_COLUMNS", "NUM_SPLITS", "POINT_PATTERNS", "UCI_NAMES", "MinMaxScaler", "PointPattern", "Split", "Standardizer",
-    "CovariatePattern", "data_dir", "load_banana", "load_fashion_mnist", "load_flights", "load_mnist", "load_point_pattern",
-    "load_sarcos", "load_uci", "simulate_covariate_pattern", "standardize",
+    "CovariatePattern", "ImagePattern", "data_dir", "load_banana", "load_fashion_mnist", "load_flights", "load_image_pattern",
+    "load_mnist", "load_point_pattern", "load_sarcos", "load_uci", "simulate_covariate_pattern", "standardize",
 ]
 
 UCI_NAMES = ("pol", "elevators", "bike", "kin40k", "protein", "keggdirected")

@@ -1,8 +1,8 @@
 """Observation windows and integration rules of Cox processes (NumPy only, shared by both backends).
 
 A *window* is the region ``W`` the events were observed in: an :class:`Interval`, a
-:class:`Rectangle` (any dimension, a box), or a :class:`UserRule`, a window given only through an
-integration rule of the user's (points and weights, e.g. for a disc or a polygon).
+:class:`Rectangle` (any dimension, a box), a :class:`Polygon`, or a :class:`UserRule`, a window
+given only through an integration rule of the user's (points and weights, e.g. for a disc).
 
 A *rule* says how ``int_W g(x) dx`` is estimated; :meth:`Rule.layout` returns the
 :class:`Layout` the backends evaluate:
@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .checks import positive_int
+from .ops import device, namespace
 
 
 class Layout(NamedTuple):
@@ -44,6 +45,20 @@ class Layout(NamedTuple):
 
 
 # ---------------------------------------------------------------- windows
+
+
+def _pairs(value, name, rows, min_rows):
+    """``value`` as finite float64 ``(rows, 2)`` with at least ``min_rows`` rows."""
+    try:
+        array = np.array(value, dtype=np.float64, ndmin=2)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be numbers of shape ({rows}, 2), got {value!r}") from None
+    if array.ndim != 2 or array.shape[1] != 2 or array.shape[0] < min_rows:
+        at_least = f" with {rows} >= {min_rows}" if min_rows > 1 else ""
+        raise ValueError(f"{name} must have shape ({rows}, 2){at_least}, got {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contain NaN or inf")
+    return array
 
 
 class Window:
@@ -72,14 +87,7 @@ class Rectangle(Window):
     """
 
     def __init__(self, bounds):
-        try:
-            bounds = np.array(bounds, dtype=np.float64, ndmin=2)
-        except (TypeError, ValueError):
-            raise TypeError(f"window bounds must be numbers of shape (d, 2), got {bounds!r}") from None
-        if bounds.ndim != 2 or bounds.shape[1] != 2 or bounds.shape[0] < 1:
-            raise ValueError(f"window bounds must have shape (d, 2), got {bounds.shape}")
-        if not np.all(np.isfinite(bounds)):
-            raise ValueError("window bounds contain NaN or inf")
+        bounds = _pairs(bounds, "window bounds", "d", 1)
         if not np.all(bounds[:, 1] > bounds[:, 0]):
             raise ValueError(f"the window has zero size: every low must be below its high, got {bounds.tolist()}")
         self.bounds = bounds
@@ -134,6 +142,60 @@ class UserRule(Window):
         return self
 
 
+class Polygon(Window):
+    """A 2-D polygon (simple, or any even-odd region), e.g. a survey area.
+
+    Rules on it (the default :class:`StratifiedMC`, :class:`GaussLegendre`, a raster's
+    :class:`~sparsegp_common.raster.PixelRule`) lay out their nodes on its bounding box; nodes
+    outside get weight 0 (:meth:`indicator`), so a randomised rule stays unbiased for the integral
+    over the polygon, and they are moved to :attr:`anchor`, an inside point, so that covariates
+    need values only inside.
+
+    Args:
+        vertices: ``(K, 2)``, ``K >= 3``, in order (either orientation; not closed: the last
+            vertex joins the first).
+    """
+
+    def __init__(self, vertices):
+        vertices = _pairs(vertices, "vertices", "K", 3)
+        x, y = vertices.T
+        area = 0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))  # shoelace
+        if not area > 0:
+            raise ValueError("the polygon has zero area")
+        self.vertices, self.dim, self.volume = vertices, 2, float(area)
+        self.bounds = np.stack([vertices.min(0), vertices.max(0)], axis=1)
+        self.anchor = self._inside_point()
+
+    def indicator(self, X):
+        """``1.0`` for rows of ``X`` ``(N, 2)`` inside (even-odd rule), else ``0.0``, in ``X``'s
+        array type (NumPy, torch, JAX: used inside the backends' steps)."""
+        xp = namespace(X)
+        v = xp.asarray(self.vertices, dtype=X.dtype, device=device(X))
+        start, end = v, xp.roll(v, -1, axis=0)
+        px, py = X[:, :1], X[:, 1:]
+        straddles = (start[:, 1] > py) != (end[:, 1] > py)  # (N, K): the edge crosses the line y = py
+        dy = xp.where(straddles, end[:, 1] - start[:, 1], xp.ones_like(start[:, 1]))
+        crossing = start[:, 0] + (py - start[:, 1]) * (end[:, 0] - start[:, 0]) / dy
+        count = xp.sum(xp.astype(straddles & (px < crossing), xp.int32), axis=1)
+        return xp.astype(count % 2 == 1, X.dtype)
+
+    def contains(self, X):
+        return self.indicator(np.asarray(X, dtype=np.float64)) > 0
+
+    def _inside_point(self):
+        """A point well inside: the centre of the widest inside run along the middle row of a grid."""
+        (x0, x1), (y0, y1) = self.bounds
+        for y in (y0 + (y1 - y0) * np.array([0.5, 0.25, 0.75, 0.125, 0.875])):
+            xs = np.linspace(x0, x1, 1025)
+            inside = self.contains(np.stack([xs, np.full_like(xs, y)], axis=-1))
+            if inside.any():
+                return np.array([np.median(xs[inside]), y])
+        raise ValueError("the polygon is too thin to find a point inside it")
+
+    def __repr__(self):
+        return f"Polygon({len(self.vertices)} vertices, bounds {self.bounds.tolist()})"
+
+
 def as_window(window):
     """A :class:`Window`, or an array-like ``(d, 2)`` of bounds turned into a :class:`Rectangle`."""
     return window if isinstance(window, Window) else Rectangle(window)
@@ -160,8 +222,8 @@ def _per_dim(num_points, dim, name):
 
 
 def _box(window, rule):
-    if not isinstance(window, Rectangle):
-        raise TypeError(f"{type(rule).__name__} needs a Rectangle or Interval window, got {type(window).__name__}")
+    if not isinstance(window, (Rectangle, Polygon)):
+        raise TypeError(f"{type(rule).__name__} needs a Rectangle, Interval or Polygon window, got {type(window).__name__}")
     return window.bounds
 
 
@@ -224,6 +286,12 @@ class Binned(_Cells):
     """
 
     binned = True
+
+    def layout(self, window):
+        if isinstance(window, Polygon):
+            raise TypeError("Binned counts need a Rectangle window: a cell cut by a Polygon's border has no single "
+                            "area; use StratifiedMC (the default) or a raster's PixelRule")
+        return super().layout(window)
 
 
 def as_rule(integration, window):
