@@ -138,7 +138,7 @@ def rows(steps, map_path=None):
     Fq = np.hstack([np.ones((len(centres), 1)), raster.evaluate(centres)])
     Ft = np.hstack([np.ones((len(test), 1)), raster.evaluate(test)])
     out = [{**base, "method": "Poisson GLM (no GP)", "backend": "NumPy", "steps": "Newton", "seconds": seconds,
-            "ms_per_step": float("nan"), "coefficients": beta.tolist(), "sd": sd.tolist(), **effects(beta, sd),
+            "coefficients": beta.tolist(), "sd": sd.tolist(), **effects(beta, sd),
             "heldout": heldout(Ft @ beta, Fq @ beta, 0.0, area, len(test))}]
     for backend in ("pyro", "numpyro"):
         model, result, seconds, array = fit_lgcp(backend, train, window, raster, steps)

@@ -22,9 +22,9 @@ def _evaluating(module, params, seed=None):
         stack.enter_context(torch.no_grad())
         if params is not None:  # only the module's own: substitute warns about names it does not see
             own = {k: v for k, v in params.items() if k.startswith(module.name + ".")}
-            stack.enter_context(poutine.substitute(data=own))
             stack.enter_context(warnings.catch_warnings())  # nor of those a part leaves unread (part="gp")
             warnings.filterwarnings("ignore", message="pyro.module .* did not find params", category=UserWarning)
+            stack.enter_context(poutine.substitute(data=own))
         stack.enter_context(active(module))
         if seed is not None:
             stack.enter_context(torch.random.fork_rng())  # the global RNG is left as it was

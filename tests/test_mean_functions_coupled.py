@@ -10,10 +10,10 @@ from test_svgp import KERN, problem
 PRIOR_SCALE = 10.0
 
 
-def coupled(backend, rng, whiten=True, num_latent=None, per_latent=False):
+def coupled(backend, rng, whiten=True, num_latent=None, per_latent=False, diagonal=False):
     """An SVGP with a linear mean (prior N(0, 10^2)) and a non-trivial joint q: ``(gp, X, F(X) function,
     (Z, q_mu, q_sqrt, loc, Lc, W))``."""
-    X, Z, q_mu, q_sqrt = problem(rng, num_latent=num_latent)
+    X, Z, q_mu, q_sqrt = problem(rng, num_latent=num_latent, diagonal=diagonal)
     batch = () if num_latent is None else (num_latent,)
     coefficient_batch = batch if per_latent else ()
     loc = rng.normal(size=coefficient_batch + (3,))
@@ -22,7 +22,7 @@ def coupled(backend, rng, whiten=True, num_latent=None, per_latent=False):
     D = backend.ppl.distributions
     mf = backend.lib.Linear(loc[..., 1:], bias=loc[..., 0], prior=D.Normal(backend.array(0.0), backend.array(PRIOR_SCALE)))
     backend.set(mf, coefficients_loc=loc, coefficients_scale_tril=Lc)
-    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, whiten=whiten, num_latent=num_latent, mean_function=mf)
+    gp = backend.svgp(Z, KERN, q_mu, q_sqrt, whiten=whiten, num_latent=num_latent, diagonal=diagonal, mean_function=mf)
     backend.set(gp, q_sqrt_cross=W)
     return gp, X, (Z, q_mu, q_sqrt, loc, Lc, W)
 
@@ -43,10 +43,10 @@ def reference(params, whiten, latent=None):
     return ref.CoupledRef(svgps, features, loc, Lc, W, 0.0, PRIOR_SCALE)
 
 
-@pytest.mark.parametrize("whiten", [True, False])
-def test_coupled_q_matches_the_dense_joint_gaussian(backend, whiten):
+@pytest.mark.parametrize("whiten, diagonal", [(True, False), (False, False), (True, True)])
+def test_coupled_q_matches_the_dense_joint_gaussian(backend, whiten, diagonal):
     rng = np.random.default_rng(11)
-    gp, X, params = coupled(backend, rng, whiten)
+    gp, X, params = coupled(backend, rng, whiten, diagonal=diagonal)
     expected = reference(params, whiten)
     Xa = backend.array(X)
     for part in ("f", "mean", "gp"):
