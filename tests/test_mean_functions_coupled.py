@@ -133,7 +133,8 @@ def test_latent_functions_couple_with_shared_or_own_coefficients(backend, per_la
 
 
 def test_export_draws_follow_the_coupled_q(backend):
-    """``gp.f`` draws (coefficients drawn, then ``f`` given them) have the integrated moments."""
+    """``gp.f`` draws (coefficients drawn, then ``f`` given them) have the integrated moments; draws
+    that ignored the coupling would have about 0.74 of the variance."""
     rng = np.random.default_rng(15)
     gp, X, params = coupled(backend, rng)
     y = rng.normal(size=len(X))
