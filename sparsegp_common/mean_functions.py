@@ -292,7 +292,8 @@ class CoupledMean(MeanShifted):
     independent ``q(c) q(v)`` is too sure of it); ``W = 0`` is that independent ``q``.
 
     Given sampled ``c`` (the model and guide) the GP's posterior is the SVGP's own with ``q_mu``
-    moved by ``W e`` (:meth:`given`), its KL the closed form at that ``q_mu``; integrated over
+    moved by ``W e``, its KL the closed form at that ``q_mu`` (valid for any ``q(c)``, also a
+    user's guide's); integrated over
     ``c``, ``f = F c + g`` has the ``e``-loadings ``F L_c + B^T W`` and the KL gains the
     coefficients' KL and ``E_e |W e|^2 / 2`` (:meth:`SVGPPosterior.cross_kl`)."""
 
