@@ -75,3 +75,26 @@ def test_default_rule_on_a_polygon_is_unbiased(backend):
     assert abs(elbo(backend, box, backend.array(events)) - exact) > 10 * se
     with pytest.raises(ValueError, match="outside the window"):
         model.elbo(backend.array([[1.5, 1.5]]))
+
+
+def test_pixel_rule_and_map_on_a_polygon(backend):
+    """A raster's pixel rule on the L (pixel edges on the L's edges) is exact for a constant
+    intensity, and the map is drawn inside the L only."""
+    import matplotlib
+
+    from sparsegp_common.raster import Raster
+
+    matplotlib.use("Agg")
+    raster = Raster(np.arange(16.0).reshape(4, 4), ((0, 2), (0, 2)))
+    gp = backend.svgp(np.array([[0.5, 0.5], [1.5, 0.5]]), ("rbf", [1.0, 1.0], 1e-8),
+                      mean_function=backend.lib.Covariates(raster, backend.array([0.0]), bias=0.0))
+    model = backend.lib.CoxProcess(gp, windows.Polygon(L_SHAPE), raster.rule())
+    events = backend.array([[0.5, 0.5], [0.5, 1.5]])
+    # f = 0 (q at the prior, prior variance 1e-8): the ELBO is -|W| up to the tiny variance
+    assert elbo(backend, model, events) == pytest.approx(-3.0, abs=1e-6)
+    ax = model.plot_intensity(part="mean", resolution=20)
+    mesh = np.ma.filled(ax.collections[0].get_array().astype(float), np.nan).reshape(20, 20)  # NaN: masked
+    x, y = np.meshgrid(np.linspace(0, 2, 20), np.linspace(0, 2, 20))
+    inside = ((x < 1) | (y < 1)) & (x > 0) & (y > 0) & (x < 2) & (y < 2)  # strictly: the border may go either way
+    outside = (x > 1) & (y > 1)
+    assert np.isfinite(mesh[inside]).all() and np.isnan(mesh[outside]).all()

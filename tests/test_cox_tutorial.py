@@ -1,5 +1,6 @@
 """The Cox-process tutorial runs in quick mode on the shared point patterns (skipped when absent),
-shows the drop of the coal-mining disaster rate around 1890 and writes its plots."""
+shows the drop of the coal-mining disaster rate around 1890, recovers the covariate effects of a
+simulated pattern and writes its plots."""
 import os
 import pathlib
 import re
@@ -26,5 +27,10 @@ def test_cox_tutorial(backend, tmp_path):
     before, after = map(float, re.search(r"([\d.]+)/year in 1855-1885, ([\d.]+)/year", result.stdout).groups())
     assert 2.3 < before < 4.0 and 0.6 < after < 1.5  # about 3 per year before 1890, 1 after
     assert float(re.search(r"max Pareto k ([\d.]+)", result.stdout).group(1)) < 0.7
-    for name in ("coal", "maps"):
+    # the covariates' effects (per sd of each image) within 2 of their reported sd of the truth
+    effects = re.findall(r"(\w+) (-?[\d.]+) ± ([\d.]+) \(truth (-?[\d.]+)\)", result.stdout)
+    assert [name for name, *_ in effects] == ["wave", "slope"], result.stdout
+    for _, estimate, sd, truth in effects:
+        assert abs(float(estimate) - float(truth)) < 2 * float(sd) and float(sd) < 0.12, effects
+    for name in ("coal", "maps", "covariates"):
         assert (tmp_path / f"cox_{name}_{backend}.png").stat().st_size > 20_000
