@@ -90,8 +90,8 @@ class CoxProcess(Documented):
     Args:
         prior: a ``GPPrior`` of the same backend with one latent function; only its
             ``posterior()`` (``marginals``, ``kl``) is used, so every prior works.
-        window: an ``Interval``, ``Rectangle`` or ``UserRule`` (``sparsegp_common.windows``), or
-            bounds ``(d, 2)`` such as ``PointPattern.window``.
+        window: an ``Interval``, ``Rectangle``, ``Polygon`` or ``UserRule``
+            (``sparsegp_common.windows``), or bounds ``(d, 2)`` such as ``PointPattern.window``.
         integration: ``StratifiedMC(n)``, ``GaussLegendre(n)``, ``Binned(n)`` (n per dimension)
             or a raster's ``PixelRule``; None: ``StratifiedMC`` with 64 cells in 1-D, 32 x 32 in
             2-D, fresh nodes every step (unbiased; fixed nodes let the optimiser hide intensity
@@ -176,10 +176,7 @@ class CoxProcess(Documented):
             points = points + ops.uniform(key_points, points.shape, points.dtype, device(points)) * self._array(layout.widths)
         elif self.rule.random:  # a fixed stand-in: the cells' midpoints
             points = points + self._array(layout.widths) / 2
-        if isinstance(self.window, windows.Polygon):  # nodes outside weigh nothing; moved inside for the covariates
-            inside = self.window.indicator(points)
-            weights = weights * inside
-            points = namespace(points).where(inside[:, None] > 0, points, self._array(self.window.anchor))
+        points, weights = self.window.restrict(points, weights)
         if not subsample:
             return points, weights, None
         index = ops.permutation(key_index, len(weights), device(points))[: self.integration_batch]

@@ -104,23 +104,21 @@ class SVGPPosterior:
     def kl(self):
         return self.q.kl(self.strategy.prior_factor(self.Luu))
 
+    def _whitened(self, B):
+        """``Luu^{-1} B`` for the prior's factor (``B`` itself when whitened): ``(..., M, K)``."""
+        Luu = self.strategy.prior_factor(self.Luu)
+        return B if Luu is None else solve_lower(Luu, B)
+
     def cross_kl(self, cross):
         """``E_e KL[N(q_mu + cross e, S) || p] - KL[q || p]`` for ``e ~ N(0, I)``: the trace of ``cross``'s
         outer product under the prior's precision."""
-        Luu = self.strategy.prior_factor(self.Luu)
-        return 0.5 * namespace(cross).sum((cross if Luu is None else solve_lower(Luu, cross)) ** 2)
+        return 0.5 * namespace(cross).sum(self._whitened(cross) ** 2)
 
     def shift_kl(self, shift):
         """``KL[N(q_mu + shift, S) || p] - KL[q || p]``; ``shift`` ``sample_shape + q_mu.shape``,
         the result ``sample_shape``."""
-        Luu = self.strategy.prior_factor(self.Luu)
-        xp = namespace(shift)
-
-        def mahalanobis(m):
-            m = m if Luu is None else solve_lower(Luu, m[..., None])[..., 0]
-            return xp.sum(m**2, axis=tuple(range(-self.q_mu.ndim, 0)))
-
-        return 0.5 * (mahalanobis(self.q_mu + shift) - mahalanobis(self.q_mu))
+        mu, d = self._whitened(self.q_mu[..., None])[..., 0], self._whitened(shift[..., None])[..., 0]
+        return namespace(d).sum(mu * d + 0.5 * d**2, axis=tuple(range(-self.q_mu.ndim, 0)))
 
     def prior_u(self):
         return variational.prior_distribution(self.dist, self.q_mu, self.strategy.prior_factor(self.Luu))

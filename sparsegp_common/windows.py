@@ -77,6 +77,11 @@ class Window:
         """Gauss-Legendre with 64 nodes in 1-D, 32 per dimension otherwise."""
         return GaussLegendre(64 if self.dim == 1 else 32)
 
+    def restrict(self, points, weights):
+        """A rule's nodes ``(P, d)`` and weights ``(P,)`` (the backend's arrays) for this window:
+        as they are, for windows the rules cover exactly."""
+        return points, weights
+
 
 class Rectangle(Window):
     """A box ``prod_k [low_k, high_k]``.
@@ -181,6 +186,13 @@ class Polygon(Window):
 
     def contains(self, X):
         return self.indicator(np.asarray(X, dtype=np.float64)) > 0
+
+    def restrict(self, points, weights):
+        """Nodes outside weigh nothing, and move to :attr:`anchor` (covariates are read inside only)."""
+        xp = namespace(points)
+        inside = self.indicator(points)
+        anchor = xp.asarray(self.anchor, dtype=points.dtype, device=device(points))
+        return xp.where(inside[:, None] > 0, points, anchor), weights * inside
 
     def _inside_point(self):
         """A point well inside: the centre of the widest inside run along the middle row of a grid."""
