@@ -40,4 +40,4 @@ def host(array):
     return np.asarray(array)
 
 
-finite, positive, inputs, same_length, integer_valued = ArrayChecks(as_array, all_true, host).functions()
+finite, positive, inputs, observations, integer_valued, require = ArrayChecks(as_array, all_true, host).functions()

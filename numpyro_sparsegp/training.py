@@ -23,11 +23,15 @@ class _Trainer(Trainer):
         if loss is not None and not isinstance(loss, numpyro.infer.elbo.ELBO):
             raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
         self.data, self.plan = tuple(None if a is None else jnp.asarray(a) for a in data), plan
-        optim = _grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups)
+        optim = _Grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups)
         self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
-        self.update = jax.jit(lambda state, data, idx: self.svi.update(state, *_take(data, idx), **kwargs))
+        self.update = jax.jit(lambda state, data, idx: self._update(state, *_take(data, idx), **kwargs))
         with _binds() as self.bound:  # the library objects the model and guide read their parameters through
             self.state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
+
+    def _update(self, state, *args, **kwargs):
+        state, loss = self.svi.update(state, *args, **kwargs)
+        return state, jnp.stack([loss, state.optim_state[2].astype(loss.dtype)])
 
     def step(self, i):
         self.state, value = self.update(self.state, self.data, self.plan.indices(i))
@@ -56,7 +60,7 @@ class _Trainer(Trainer):
 
     @staticmethod
     def to_floats(values):
-        return [float(v) for v in jax.device_get(values)]  # one wait for all
+        return [tuple(v) for v in jax.device_get(values)]  # one wait for all
 
 
 fit = make_fit(
@@ -89,15 +93,10 @@ def _step_size(lr, lr_schedule):
     return lr if lr_schedule is None else (lambda i: lr * lr_schedule(i))
 
 
-def _grouped(optimizer, lr, lr_schedule, param_groups):
-    if param_groups is None:
-        return optimizer(_step_size(lr, lr_schedule))
-    return _Grouped(optimizer, lr, lr_schedule, param_groups)
-
-
 class _Grouped(numpyro.optim._NumPyroOptim):
     """One NumPyro optimiser per parameter group (what ``optax.multi_transform`` does for optax),
-    the groups split by site name when SVI hands over the parameters."""
+    the groups split by site name when SVI hands over the parameters (one group without
+    ``param_groups``); its state also holds the last step's gradient norm, which ``fit`` checks."""
 
     def __init__(self, optimizer, lr, lr_schedule, param_groups):
         self.optimizer, self.lr, self.lr_schedule, self.param_groups = optimizer, lr, lr_schedule, param_groups
@@ -111,10 +110,10 @@ class _Grouped(numpyro.optim._NumPyroOptim):
             decay = options.pop("weight_decay", 0.0)
             self.groups.append((names, decay, self.optimizer(_step_size(lr, self.lr_schedule), **options)))
         states = tuple(optim.init({n: params[n] for n in names}) for names, _, optim in self.groups)
-        return jnp.array(0), states
+        return jnp.array(0), states, jnp.zeros((), jnp.result_type(float))
 
     def update(self, g, state, value=None):
-        i, states = state
+        i, states, last = state
         new = []
         for (names, decay, optim), sub in zip(self.groups, states):
             grads = {n: g[n] for n in names}
@@ -122,7 +121,9 @@ class _Grouped(numpyro.optim._NumPyroOptim):
                 values = optim.get_params(sub)
                 grads = {n: grads[n] + decay * values[n] for n in names}
             new.append(optim.update(grads, sub))
-        return i + 1, tuple(new)
+        norm = jnp.linalg.norm(jnp.stack([jnp.linalg.norm(jnp.ravel(leaf)).astype(last.dtype)
+                                          for leaf in jax.tree_util.tree_leaves(g)]))
+        return i + 1, tuple(new), norm
 
     def get_params(self, state):
         return {n: v for (_, _, optim), sub in zip(self.groups, state[1]) for n, v in optim.get_params(sub).items()}

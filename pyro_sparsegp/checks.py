@@ -36,4 +36,4 @@ def all_true(predicate, tensor):
     return bool(predicate(tensor).all())
 
 
-finite, positive, inputs, same_length, integer_valued = ArrayChecks(as_array, all_true, host).functions()
+finite, positive, inputs, observations, integer_valued, require = ArrayChecks(as_array, all_true, host).functions()

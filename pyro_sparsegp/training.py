@@ -31,10 +31,11 @@ class _Trainer(Trainer):
         self.opt.zero_grad()
         value = self.loss_fn(self.model, self.guide, *_batch(self.data, self.plan, i), **self.kwargs)
         value.backward()
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.values if p.grad is not None])
         self.opt.step()
         if self.schedule is not None:
             self.schedule.step()
-        return value.detach()
+        return torch.stack([value.detach(), grad_norm.to(value.dtype)])
 
     def params(self):
         with torch.no_grad():
@@ -59,7 +60,7 @@ class _Trainer(Trainer):
 
     @staticmethod
     def to_floats(values):
-        return torch.stack([v.reshape(()) for v in values]).tolist()  # one transfer for all
+        return torch.stack(values).tolist()  # one transfer for all
 
 
 fit = make_fit(

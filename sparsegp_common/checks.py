@@ -3,6 +3,8 @@ array checks written once over each backend's primitives (:class:`ArrayChecks`).
 import math
 import numbers
 
+import numpy as np
+
 from .ops import namespace
 
 
@@ -29,6 +31,14 @@ def probabilities(values, name):
     return levels
 
 
+def check_model_data(model, data):
+    """Check ``data`` whole, once, where ``model`` is a method of an object that checks its data
+    (``check_data(*data)``, e.g. ``GPModel``): what ``fit`` does before its first step."""
+    check = getattr(getattr(model, "__self__", None), "check_data", None)
+    if check is not None:
+        check(*data)
+
+
 class ArrayChecks:
     """The value checks of the backends, written once over three primitives each backend gives:
     ``as_array(value, name, like=None)`` (a floating array, dtype and device of ``like``),
@@ -40,13 +50,22 @@ class ArrayChecks:
         self.as_array, self.all_true, self.host = as_array, all_true, host
 
     def functions(self):
-        """``finite, positive, inputs, same_length, integer_valued`` over this backend's primitives."""
-        return self.finite, self.positive, self.inputs, self.same_length, self.integer_valued
+        """``finite, positive, inputs, observations, integer_valued, require`` over this backend's
+        primitives."""
+        return self.finite, self.positive, self.inputs, self.observations, self.integer_valued, self.require
+
+    def require(self, predicate, array, name, message):
+        """``array`` (named ``name``) where ``predicate`` holds everywhere, else ``ValueError(message)``
+        naming the first entry where it fails."""
+        if not self.all_true(predicate, array):
+            values = self.host(array)
+            index = tuple(int(i) for i in np.argwhere(~np.asarray(predicate(values)))[0])
+            entry = f"{name}[{', '.join(map(str, index))}]" if index else name
+            raise ValueError(f"{message}: {entry} = {values[index].item()!r}")
+        return array
 
     def finite(self, array, name):
-        if not self.all_true(lambda a: namespace(a).isfinite(a), array):
-            raise ValueError(f"{name} contains NaN or inf")
-        return array
+        return self.require(lambda a: namespace(a).isfinite(a), array, name, f"{name} contains NaN or inf")
 
     def positive(self, value, name, like=None):
         """A hyperparameter that must be strictly positive (and finite)."""
@@ -55,10 +74,11 @@ class ArrayChecks:
             raise ValueError(f"{name} must be positive, got {self.host(array)}")
         return array
 
-    def inputs(self, X, name="X", input_dim=None, values=True):
-        """Inputs as an (N, D) array; 1-D inputs are read as (N, 1); NaN/inf is an error
-        unless ``values=False`` (shape only: the caller checks the rows it uses)."""
-        X = self.as_array(X, name)
+    def inputs(self, X, name="X", input_dim=None, values=True, like=None):
+        """Inputs as an (N, D) array, in the dtype (and device) of ``like``, a parameter of the
+        model, when given; 1-D inputs are read as (N, 1); NaN/inf is an error unless
+        ``values=False`` (shape only: the caller checks the rows it uses)."""
+        X = self.as_array(X, name, like)
         if values:
             self.finite(X, name)
         if X.ndim == 1:
@@ -70,12 +90,13 @@ class ArrayChecks:
         return X
 
     @staticmethod
-    def same_length(y, n, name="y", other="X"):
+    def observations(y, n, name="y", other="X"):
+        """``y`` of shape ``(n,)``: one value per row of ``other``."""
+        if y.ndim != 1:
+            raise ValueError(f"{name} must have shape (N,), one value per row of {other}, got {tuple(y.shape)}")
         if y.shape[0] != n:
             raise ValueError(f"{name} has length {y.shape[0]} but {other} has {n} rows")
         return y
 
     def integer_valued(self, y, name):
-        if not self.all_true(lambda a: a == namespace(a).round(a), y):
-            raise ValueError(f"{name} must hold integers")
-        return y
+        return self.require(lambda a: a == namespace(a).round(a), y, name, f"{name} must hold integers")

@@ -374,7 +374,7 @@ class ExactDBK(_DeepBasis):
         X = self._inputs(X, self.noise)
         if y is not None:
             checks = self._checks
-            y = checks.same_length(checks.finite(self._as_array(y, "y", like=X), "y"), X.shape[0])
+            y = checks.observations(checks.finite(self._as_array(y, "y", like=X), "y"), X.shape[0])
         return X, y
 
     def log_marginal_likelihood(self, X, y):
@@ -628,6 +628,9 @@ class CalibratedSVDBK:
     @property
     def input_dim(self):
         return self.prior.input_dim
+
+    def first_parameter(self):
+        return self.prior.first_parameter()
 
     def posterior(self, part="f"):
         return self.prior._with_mean(SVDBKPosterior(self.prior, self.max_sq_norm), part)

@@ -67,6 +67,7 @@ class Stationary(Kernel):
     def scaled_sqdist(self, X, Z=None):
         """Squared scaled distances, ``batch_shape + (N, M)``; centred first for accuracy."""
         xp = namespace(X, Z)
+        self._check_dimension(X.shape[-1])
         ls = self.lengthscale[..., None, :]
         shift = xp.mean(X, axis=-2, keepdims=True)
         Xs = (X - shift) / ls
@@ -76,6 +77,12 @@ class Stationary(Kernel):
         if Z is None:  # exact zeros on the diagonal: sqrt would amplify the round-off
             r2 = xp.where(xp.eye(X.shape[-2], dtype=xp.bool, device=device(X)), 0.0, r2)
         return xp.clip(r2, min=0.0)
+
+    def _check_dimension(self, D):
+        size = self.lengthscale.shape[-1]
+        if size not in (1, D):
+            raise ValueError(f"lengthscale has {size} entries but the inputs have {D} dimensions: give one "
+                             f"per input dimension (ARD) or a single one")
 
     def shape_fn(self, r2):
         raise NotImplementedError
@@ -89,6 +96,7 @@ class Stationary(Kernel):
 
     def _scaled_frequencies(self, omega):
         xp = namespace(omega)
+        self._check_dimension(omega.shape[-1])
         ls = self.lengthscale
         ls = xp.broadcast_to(ls, tuple(ls.shape[:-1]) + tuple(omega.shape[-1:]))
         ls = xp.reshape(ls, tuple(ls.shape[:-1]) + (1,) * (omega.ndim - 1) + tuple(ls.shape[-1:]))
@@ -117,16 +125,31 @@ class SquaredExponential(Stationary):
 RBF = SquaredExponential
 
 
+def distance(r2):
+    """``r = sqrt(r2)`` with a derivative that stays finite where ``r`` is at round-off level.
+
+    ``dr/dr2 = 1 / (2 r)`` is unbounded at coincident points (an inducing input at a data point),
+    and ``r2 = |x|^2 + |z|^2 - 2 x.z`` is only known there to the dtype's round-off: its derivative
+    reaches the inputs as a sum of two large terms that cancel. Compiled float32 code (XLA fuses
+    and reorders them) turned that cancellation into gradients of 1e8 and more. So the derivative
+    is taken of ``sqrt(max(r2, eps))``, ``eps`` the dtype's machine epsilon: below ``r = sqrt(eps)``
+    (3.5e-4 in float32, 1.5e-8 in float64), a distance round-off already dominates, the derivative
+    of ``r2`` is zero, as is its limit at ``r = 0`` for every parameter (``dr2/dz = 2 (z - x)``);
+    above it, it is exact. The value is ``sqrt(r2)`` everywhere.
+    """
+    xp = namespace(r2)
+    floored = xp.sqrt(xp.clip(r2, min=xp.finfo(r2.dtype).eps))
+    return floored + backend(r2).stop_gradient(xp.sqrt(r2) - floored)
+
+
 class Matern(Stationary):
     """Matérn kernel with half-integer smoothness ``nu`` (set by the subclasses)."""
 
     nu = None
 
     def shape_fn(self, r2):
-        xp = namespace(r2)
-        # Clamp before sqrt so the gradient at r = 0 (the diagonal of Kuu) is finite.
-        r = xp.sqrt(xp.clip(r2, min=1e-36))
-        return self.polynomial(r) * xp.exp(-math.sqrt(2 * self.nu) * r)
+        r = distance(r2)
+        return self.polynomial(r) * namespace(r).exp(-math.sqrt(2 * self.nu) * r)
 
     def spectral_density(self, omega):
         D, nu = omega.shape[-1], self.nu

@@ -98,7 +98,8 @@ class Likelihood:
         return ops.quantile(xp.astype(self._sites.draw(self.forward(f), key_y), mean.dtype), levels, 0, method)
 
     def check_y(self, y, like=None):
-        """Validate observations; returns them as an array (dtype and device of ``like``)."""
+        """Check that the values of ``y`` are in the support (``ValueError`` naming the first that
+        is not); returns them as an array (dtype and device of ``like``)."""
         return self._checks.finite(self._checks.as_array(y, "y", like), "y")
 
 
@@ -163,9 +164,7 @@ class Poisson(Likelihood):
 
     def check_y(self, y, like=None):
         y = self._checks.integer_valued(super().check_y(y, like), "y")
-        if not self._checks.all_true(lambda a: a >= 0, y):
-            raise ValueError("y must hold non-negative counts")
-        return y
+        return self._checks.require(lambda a: a >= 0, y, "y", "y must hold non-negative counts")
 
 
 class Bernoulli(Likelihood):
@@ -196,10 +195,8 @@ class Bernoulli(Likelihood):
         return 0.0, 2.0  # log Phi(f) turns from -f^2 / 2 to 0 around 0; Phi has zeros at |f| ~ 3.4
 
     def check_y(self, y, like=None):
-        y = super().check_y(y, like)
-        if not self._checks.all_true(lambda a: (a == 0) | (a == 1), y):
-            raise ValueError("y must hold binary labels 0 or 1")
-        return y
+        return self._checks.require(lambda a: (a == 0) | (a == 1), super().check_y(y, like), "y",
+                                    "y must hold binary labels 0 or 1")
 
 
 class StudentT(Likelihood):
@@ -261,8 +258,8 @@ class Softmax(Likelihood):
 
     def check_y(self, y, like=None):
         y = self._checks.integer_valued(super().check_y(y, like), "y")
-        if not self._checks.all_true(lambda a: (a >= 0) & (a < self.num_latent), y):
-            raise ValueError(f"y must hold class labels in 0..{self.num_latent - 1}")
+        self._checks.require(lambda a: (a >= 0) & (a < self.num_latent), y, "y",
+                             f"y must hold class labels in 0..{self.num_latent - 1}")
         return backend(y).as_index(y)
 
 

@@ -30,3 +30,23 @@ def loss_not_finite(step, value):
         "inducing points; raise the jitter. With checkpoint=... the last checkpoint before the "
         "failure is kept and resume=True continues from it."
     )
+
+
+def gradient_not_finite(step, norm):
+    return (
+        f"fit stopped: the gradient became {norm} at step {step} while the loss was finite, so the "
+        "next update would make the parameters unusable. Things to try: train in float64, or "
+        "cholesky_dtype=float64; raise the jitter; standardise the inputs X and remove near-duplicate "
+        "inducing points; a lower learning rate."
+    )
+
+
+def gradient_spiked(step, norm, median):
+    return (
+        f"fit stopped: the gradient norm jumped to {norm:.3g} at step {step}, {norm / median:.2g} times "
+        f"the median {median:.3g} of the steps before. After such a step Adam's second-moment "
+        "estimate is swamped and every parameter stays frozen for thousands of steps, while the loss "
+        "looks calm. It is usually round-off: train in float64 (or cholesky_dtype=float64), raise the "
+        "jitter, standardise the inputs X; or lower the learning rate. With checkpoint=... the last "
+        "checkpoint before it is kept and resume=True continues from it."
+    )

@@ -19,7 +19,9 @@ class GPModel(Documented):
             default the length of ``X``.
 
     Sites: the prior's ``<name>.u`` and ``<name>.kl``, the plate ``data`` and the observed site ``y``.
-    Inputs are checked for shape on every call and for values on the rows a step uses.
+    ``X`` is converted to the dtype (and device) of the prior's parameters, ``y`` ``(N,)`` to that
+    of ``X``. Shapes are checked on every call, values on the rows a step uses, and all of them
+    once by ``fit`` (:meth:`check_data`).
     """
 
     def __init__(self, prior, likelihood, num_data=None):
@@ -35,16 +37,21 @@ class GPModel(Documented):
         likelihood._follow(prior.first_parameter())
         self.prior, self.likelihood = prior, likelihood
 
+    def check_data(self, X, y=None):
+        """Check all of ``X`` and ``y``, values included (``fit`` does, before its first step)."""
+        self._data(X, y)
+
     def _data(self, X, y, values=True):
-        """``X`` ``(N, D)`` and ``y`` as arrays of matching length; their values are checked
-        only when ``values`` (else by :meth:`_batch`, on the rows a step uses)."""
+        """``X`` ``(N, D)`` and ``y`` ``(N,)`` as arrays; their values are checked only when
+        ``values`` (else by :meth:`_batch`, on the rows a step uses)."""
         checks = self._checks
-        X = checks.inputs(X, "X", self.prior.input_dim, values=values)
+        X = checks.inputs(X, "X", self.prior.input_dim, values=values, like=self.prior.first_parameter())
         if self.num_data is not None and X.shape[0] > self.num_data:
             raise ValueError(f"X has {X.shape[0]} rows, more than num_data={self.num_data}")
         if y is not None:
-            y = self.likelihood.check_y(y, like=X) if values else checks.as_array(y, "y", like=X)
-            checks.same_length(y, X.shape[0])
+            y = checks.observations(checks.as_array(y, "y", like=X), X.shape[0])
+            if values:
+                y = self.likelihood.check_y(y)
         return X, y
 
     def _batch(self, X, y):

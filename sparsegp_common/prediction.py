@@ -116,12 +116,12 @@ def make_predictions(moments, predictive, key, evaluate, checks, module):
     - ``checks``: the backend's ``checks`` module (``inputs``)."""
 
     def predict_f(prior, X, *, full_cov=False, batch_size=4096, part="f", params=None):
-        X = checks.inputs(X, "X", prior.input_dim)
+        X = checks.inputs(X, "X", prior.input_dim, like=prior.first_parameter())
         return moments(prior, X, full_cov, positive_int(batch_size, "batch_size"), params, one_of(part, "part", PARTS))
 
     def predict_y(prior, likelihood, X, *, quantiles=None, batch_size=4096, num_samples=1000, seed=0, params=None):
         levels = None if quantiles is None else probabilities(quantiles, "quantiles")
-        X = checks.inputs(X, "X", prior.input_dim)
+        X = checks.inputs(X, "X", prior.input_dim, like=prior.first_parameter())
         batch_size, num_samples = positive_int(batch_size, "batch_size"), positive_int(num_samples, "num_samples")
         return Prediction(*predictive(prior, likelihood, X, levels, batch_size, num_samples, seed, params))
 

@@ -159,14 +159,14 @@ class GPPrior:
 
         Args:
             X: inputs ``(N, D)``, either the full data set (the plate subsamples it) or the
-                current minibatch.
+                current minibatch; converted to the dtype (and device) of the parameters.
             plate: the user's data plate (``pyro.plate``/``numpyro.plate``; entered here, pass
                 the same object to the guide); by default a full-batch plate ``<name>.data``.
 
         Returns:
             ``f`` of shape ``(B,)`` (``(B, L)`` with L latent functions), B the batch size.
         """
-        X = self._checks.inputs(X, "X", self.input_dim)
+        X = self._checks.inputs(X, "X", self.input_dim, like=self.first_parameter())
         with self._sites.bound(self) as (prior,):
             prior.sample_global_sites(prior.posterior(), guide=False)
             with prior._data(X, plate) as Xb:
@@ -175,7 +175,7 @@ class GPPrior:
 
     def guide(self, X, plate=None):
         """Variational sites of this component (same arguments as :meth:`model`); returns ``f``."""
-        X = self._checks.inputs(X, "X", self.input_dim)
+        X = self._checks.inputs(X, "X", self.input_dim, like=self.first_parameter())
         with self._sites.bound(self) as (prior,):
             posterior = prior.posterior()
             prior.sample_global_sites(posterior, guide=True)

@@ -11,23 +11,31 @@ from typing import Any, Callable, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from .messages import loss_not_finite, loss_ran_away
+from .checks import check_model_data
+from .messages import gradient_not_finite, gradient_spiked, loss_not_finite, loss_ran_away
 
 #: ``fit`` stops when a loss exceeds the best so far by this many times the larger of the first
 #: and best losses' magnitudes: noise never goes that far, a diverging optimiser does.
 RUNAWAY = 1e3
 
+#: ``fit`` stops when a step's gradient norm exceeds the median of the (up to 100) steps before it
+#: by this factor: after such a step Adam's second-moment estimate is swamped, and every parameter
+#: stays frozen for thousands of steps (``2 ln(factor) / (1 - beta2)``) while the loss looks calm.
+GRADIENT_SPIKE = 1e4
+
 
 class LossHistory:
-    """The losses of a run: floats already read back, and the device scalars of the steps since.
+    """The losses and gradient norms of a run: floats already read back, and the device values of
+    the steps since.
 
     Reading a loss back from an accelerator waits for the step that computed it, so ``fit`` reads
-    them every ``loss_every`` steps, all at once (``to_floats(scalars) -> list of float``), and
-    whenever something needs them (a callback reading ``FitState.loss``, a checkpoint, the end).
+    them every ``loss_every`` steps, all at once (``to_floats(values) -> [(loss, grad_norm), ...]``),
+    and whenever something needs them (a callback reading ``FitState.loss``, a checkpoint, the end).
     """
 
     def __init__(self, values, to_floats):
         self.values = values  # floats, appended to in place
+        self.grad_norms = []  # of the steps run in this call (not those before a resume)
         self.pending = []
         self.to_floats = to_floats
 
@@ -35,25 +43,32 @@ class LossHistory:
         self.pending.append(value)
 
     def read(self):
-        """Read the pending losses back; returns the list of every loss so far.
+        """Read the pending losses and gradient norms back; returns the list of every loss so far.
 
         Raises:
             FloatingPointError: a loss read back is NaN or infinite, or ran away (see
-                :data:`RUNAWAY`), with what to try.
+                :data:`RUNAWAY`); a gradient norm is NaN or infinite, or spiked (see
+                :data:`GRADIENT_SPIKE`); the message says what to try.
         """
         if self.pending:
-            new = [float(v) for v in self.to_floats(self.pending)]
+            new = [tuple(map(float, pair)) for pair in self.to_floats(self.pending)]
             self.pending = []
-            first = self.values[0] if self.values else new[0]
+            first = self.values[0] if self.values else new[0][0]
             best = min(self.values, default=math.inf)
-            for i, value in enumerate(new):
+            for i, (value, norm) in enumerate(new):
                 step = len(self.values) + i + 1
                 if not math.isfinite(value):
                     raise FloatingPointError(loss_not_finite(step, value))
+                if not math.isfinite(norm):
+                    raise FloatingPointError(gradient_not_finite(step, norm))
                 if value - best > RUNAWAY * max(abs(first), abs(best), 1.0):
                     raise FloatingPointError(loss_ran_away(step, value, best))
+                recent = self.grad_norms[-100:]
+                if len(recent) >= 10 and norm > GRADIENT_SPIKE * np.median(recent):
+                    raise FloatingPointError(gradient_spiked(step, norm, float(np.median(recent))))
                 best = min(best, value)
-            self.values.extend(new)
+                self.grad_norms.append(norm)
+            self.values.extend(value for value, _ in new)
         return self.values
 
     def __len__(self):
@@ -104,6 +119,8 @@ class FitResult:
         stopped_early: whether early stopping or a callback ended the run.
         state: the backend's optimiser state at the end (NumPyro's ``SVIState``; the torch
             optimiser in Pyro).
+        grad_norms: the norm of the gradient (w.r.t. the unconstrained parameters) of every step
+            run in this call.
     """
 
     losses: np.ndarray
@@ -112,6 +129,7 @@ class FitResult:
     best_step: Optional[int]
     stopped_early: bool
     state: Any = None
+    grad_norms: Optional[np.ndarray] = None
 
 
 @dataclasses.dataclass
@@ -280,9 +298,11 @@ FIT_DOC = """Train ``model``/``guide`` by SVI{how}.
 
     Raises:
         FloatingPointError: the loss became NaN or infinite, or ran away (rose above the best so
-            far by ``RUNAWAY = 1e3`` times the larger of the first and best losses' magnitudes),
-            checked whenever the losses are read back (every ``loss_every`` steps); the message
-            says what to try.
+            far by ``RUNAWAY = 1e3`` times the larger of the first and best losses' magnitudes);
+            or the gradient became NaN or infinite, or its norm spiked above ``GRADIENT_SPIKE =
+            1e4`` times the median of the steps before (after which Adam leaves every parameter
+            frozen for thousands of steps). Checked whenever the losses are read back (every
+            ``loss_every`` steps, no extra synchronisation); the message says what to try.
 
     After ``fit`` the trained values are where predictions read them, in both backends: Pyro's
     library modules (which own their parameters), and in NumPyro the library objects (kernels, priors, likelihoods, ...) whose
@@ -362,19 +382,21 @@ def run_steps(plan, start, losses, best, step, params, snapshot, save, *, tracke
         plan, start: the step plan and the first step to run (after a resume).
         losses, best: the history so far (floats; the new losses are appended to it in place) and
             the best snapshot so far (None).
-        step: ``step(i)`` runs 0-based step ``i`` and returns its loss (a device scalar).
+        step: ``step(i)`` runs 0-based step ``i`` and returns its loss and gradient norm (on the
+            device, in one object that ``to_floats`` reads back).
         params: ``params() -> dict`` of the current constrained values.
         snapshot: ``snapshot()`` copies what restoring the best evaluation needs.
         save: ``save(done, best)`` writes a checkpoint, or None for no checkpoints.
         loss_every: read the losses back from the device every this many steps.
-        to_floats: ``to_floats([scalar, ...]) -> [float, ...]`` in one transfer (default: float
-            of each).
+        to_floats: ``to_floats([step's value, ...]) -> [(loss, grad_norm), ...]`` in one transfer
+            (default: the pairs as they are).
 
     Returns:
-        ``(best, stopped)`` as the generator's return value; ``losses`` then holds every step's loss.
+        ``(best, stopped, grad_norms)`` as the generator's return value; ``losses`` then holds
+        every step's loss.
     """
     callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-    history = LossHistory(losses, to_floats or (lambda values: [float(v) for v in values]))
+    history = LossHistory(losses, to_floats or (lambda values: values))
     window = max(plan.steps_per_epoch, 10)
     stopped = False
     with progress_bar(plan, start, progress) as bar:
@@ -399,7 +421,7 @@ def run_steps(plan, start, losses, best, step, params, snapshot, save, *, tracke
             if stopped:
                 break
         history.read()
-    return best, stopped
+    return best, stopped, np.asarray(history.grad_norms)
 
 
 def progress_bar(plan, start, enabled):
@@ -427,6 +449,7 @@ def make_fit(trainer, module, **doc):
     ):
         plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
         check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
+        check_model_data(model, tuple(data))
         eval_every = interval(eval_every, plan, "eval_every")
         checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
         tracker = EarlyStopping(patience)
@@ -435,7 +458,7 @@ def make_fit(trainer, module, **doc):
         losses, start, best = [], 0, None
         if resume and os.path.exists(checkpoint):
             start, losses, best = run.load(checkpoint, tracker)
-        best, stopped = yield from run_steps(
+        best, stopped, grad_norms = yield from run_steps(
             plan, start, losses, best, run.step, run.params, run.snapshot,
             None if checkpoint is None else (lambda done, best: run.save(checkpoint, done, losses, tracker, best)),
             tracker=tracker, validation=validation, eval_every=eval_every, callbacks=callbacks,
@@ -444,7 +467,7 @@ def make_fit(trainer, module, **doc):
         if restore_best and best is not None:
             run.restore(best)
         params, state = run.finish()
-        return FitResult(np.asarray(losses), params, tracker.history, tracker.best_step, stopped, state)
+        return FitResult(np.asarray(losses), params, tracker.history, tracker.best_step, stopped, state, grad_norms)
 
     @functools.wraps(steps)
     def fit(*args, **kwargs):
@@ -469,16 +492,13 @@ class Trainer:
     parameters (running the model and guide once on the first batch) and the optimiser, and
     answers:
 
-    * ``step(i)``: run 0-based step ``i``; returns its loss as a device scalar;
+    * ``step(i)``: run 0-based step ``i``; returns its loss and the norm of its gradient (w.r.t.
+      the unconstrained parameters) as one device array ``(2,)``;
     * ``params()``: the current constrained values ``{name: value}``;
     * ``snapshot()`` / ``restore(best)``: copy, and go back to, what the best evaluation needs;
     * ``save(path, done, losses, tracker, best)`` / ``load(path, tracker) -> (start, losses, best)``:
       checkpoints of plain arrays (nothing is unpickled);
     * ``finish() -> (params, state)``: the final values, left where predictions read them, and the
       optimiser state for ``FitResult.state``;
-    * ``to_floats(scalars)``: read losses back in one transfer.
+    * ``to_floats(values)``: read the steps' values back in one transfer, as ``[(loss, grad_norm), ...]``.
     """
-
-    @staticmethod
-    def to_floats(values):
-        return [float(v) for v in values]

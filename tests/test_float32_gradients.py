@@ -1,0 +1,238 @@
+"""float32 gradients at coincident and near-coincident points, eager and under ``jax.jit``.
+
+Inducing inputs start at data points; there the stationary kernels' distance ``r`` is at
+round-off level and ``dr/dr2 = 1 / (2 r)`` used to turn that round-off into gradients of 1e6 to
+1e12 times too large in compiled float32 code with 1-D inputs (XLA fuses the outer product of the
+distance expansion), :func:`sparsegp_common.kernels.distance`. Every gradient is
+compared with the same computation in float64, with ``Z`` at the data points and moved off them
+by 1e-7 ... 1e-2 (in input units; the lengthscale is ``2 sqrt(D)``).
+
+Matérn-1/2 is not differentiable at ``r = 0``: a float64 gradient there is ``+-variance / l``
+along a direction that float32 inputs at ``|x| ~ 10`` cannot resolve below about ``1e-3``, so for
+it the test asks only that float32 stays within twice the float64 gradient's norm; the smooth
+kernels agree to 10 % of it (float32 round-off of the distance expansion at inputs ``|x| ~ 10``
+accounts for a few per cent in 8 dimensions, where neighbours are few).
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy.linalg import solve_triangular
+from numpyro import handlers
+
+from backends import KERNELS, NumPyroBackend, PyroBackend
+
+DELTAS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2)
+SMOOTH_RTOL, KINK_FACTOR = 0.1, 2.0
+
+
+def problem(D, N=120, M=12, seed=0):
+    """Data on [0, 30]^D, inducing inputs at the first M data points moved by ``delta`` along
+    random unit directions: ``(X, v, Zs)`` with ``Zs`` ``(len(DELTAS), M, D)``. The first M points
+    are at least a lengthscale apart, so that ``Kuu`` is well conditioned in float32 and what is
+    measured is the coincidence with the data, not the conditioning."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 30, (N, D))
+    spread = [0]
+    for i in range(1, N):
+        if len(spread) < M and np.linalg.norm(X[spread] - X[i], axis=1).min() > lengthscale(D)[0]:
+            spread.append(i)
+    X = np.concatenate([X[spread], np.delete(X, spread, axis=0)])
+    u = rng.normal(size=(M, D))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    return X, rng.normal(size=N), np.stack([X[:M] + d * u for d in DELTAS])
+
+
+def lengthscale(D):
+    return np.full(D, 2.0 * np.sqrt(D))
+
+
+def assert_close(g32, g64, name, label):
+    """The float32 gradients (one per delta) against float64, in norm, relative to the largest
+    float64 gradient of the sweep: at ``delta = 0`` the float64 gradient w.r.t. ``Z`` can vanish
+    (coincident pairs contribute zero), and float32 round-off is relative to the gradient's scale."""
+    g32, g64 = [np.asarray(a, np.float64) for a in g32], [np.asarray(b, np.float64) for b in g64]
+    scale = max(np.linalg.norm(b) for b in g64)
+    bound = (KINK_FACTOR if name == "matern12" else SMOOTH_RTOL) * scale
+    for delta, a, b in zip(DELTAS, g32, g64):
+        err = np.linalg.norm(a - b)
+        assert np.isfinite(a).all() and err <= bound, f"{label}, delta={delta}: |g32 - g64| = {err:.3g}, scale {scale:.3g}"
+
+
+def jax_chain(name, X, v, dtype):
+    """Gradients w.r.t. ``Z`` and ``log l`` of ``sum(Luu^-1 Kuf v) + sum(Kuf v)``, the chain of
+    the whitened SVGP mean and of a plain kernel product."""
+    X, v = jnp.asarray(X, dtype), jnp.asarray(v, dtype)
+    kernel = getattr(NumPyroBackend().lib, KERNELS[name])
+
+    def f(Z, log_l):
+        k = kernel(lengthscale=jnp.exp(log_l), variance=jnp.asarray(1.3, dtype))
+        L = jnp.linalg.cholesky(k.K(Z) + 1e-4 * jnp.eye(Z.shape[0], dtype=dtype))
+        Kuf = k.K(Z, X)
+        return jnp.sum(solve_triangular(L, Kuf, lower=True) @ v) + jnp.sum(Kuf @ v)
+
+    return jax.vmap(jax.grad(f, argnums=(0, 1)), in_axes=(0, None))
+
+
+@pytest.mark.parametrize("D", [1, 2, 8])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_kernel_gradients_numpyro(name, D):
+    X, v, Zs = problem(D)
+    log_l = np.log(lengthscale(D))
+    ref = jax.jit(jax_chain(name, X, v, jnp.float64))(jnp.asarray(Zs), jnp.asarray(log_l))
+    g32 = jax_chain(name, X, v, jnp.float32)
+    args = (jnp.asarray(Zs, jnp.float32), jnp.asarray(log_l, jnp.float32))
+    for label, fn in (("eager", g32), ("jit", jax.jit(g32))):
+        out = fn(*args)
+        for i, what in enumerate(("Z", "log lengthscale")):
+            assert_close(out[i], ref[i], name, f"numpyro {label} d/d{what}")
+
+
+@pytest.mark.parametrize("D", [1, 2, 8])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_kernel_gradients_pyro(name, D):
+    torch = pytest.importorskip("torch")
+    lib = PyroBackend().lib
+    X, v, Zs = problem(D)
+    grads = {}
+    for dtype in (torch.float32, torch.float64):
+        Xt, vt = torch.as_tensor(X, dtype=dtype), torch.as_tensor(v, dtype=dtype)
+        out = []
+        for Z in Zs:
+            Z = torch.as_tensor(Z, dtype=dtype).requires_grad_()
+            k = getattr(lib, KERNELS[name])(lengthscale=torch.as_tensor(lengthscale(D), dtype=dtype),
+                                             variance=torch.tensor(1.3, dtype=dtype))
+            L = torch.linalg.cholesky(k.K(Z) + 1e-4 * torch.eye(Z.shape[0], dtype=dtype))
+            Kuf = k.K(Z, Xt)
+            value = (torch.linalg.solve_triangular(L, Kuf, upper=False) @ vt).sum() + (Kuf @ vt).sum()
+            out.append([g.cpu().numpy() for g in torch.autograd.grad(value, [Z, k.lengthscale_unconstrained])])
+        grads[dtype] = list(zip(*out))
+    for i, what in enumerate(("Z", "log lengthscale")):
+        assert_close(grads[torch.float32][i], grads[torch.float64][i], name, f"pyro d/d{what}")
+
+
+def svgp_problem(D, seed=1):
+    """A Gaussian-likelihood SVGP with Z at data points (and moved off them): data, Zs and q."""
+    X, _, Zs = problem(D)
+    M = Zs.shape[1]
+    rng = np.random.default_rng(seed)
+    y = np.sin(X.sum(-1) / 3) + 0.1 * rng.normal(size=len(X))
+    q_mu = rng.normal(size=(M,))
+    q_sqrt = np.tril(0.3 * rng.normal(size=(M, M)), -1) + np.diag(rng.uniform(0.3, 0.8, M))
+    return X, y, Zs, q_mu, q_sqrt
+
+
+@pytest.mark.parametrize("D", [1, 2, 8])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_svgp_loss_gradients_numpyro(name, D):
+    lib = NumPyroBackend().lib
+    X, y, Zs, q_mu, q_sqrt = svgp_problem(D)
+
+    def grad_fn(dtype):
+        model = lib.GPModel(lib.SVGP(getattr(lib, KERNELS[name])(lengthscale=jnp.asarray(lengthscale(D), dtype)),
+                                     jnp.asarray(Zs[0], dtype)), lib.Gaussian(variance=jnp.asarray(0.1, dtype)))
+        Xd, yd = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
+        params = {k: s["value"] for k, s in handlers.trace(model.elbo).get_trace(Xd, yd).items() if s["type"] == "param"}
+        params.update({"gp.q_mu": jnp.asarray(q_mu, dtype), "gp.q_sqrt": jnp.asarray(q_sqrt, dtype)})
+
+        def loss(Z, p):
+            return -handlers.substitute(model.elbo, data={**p, "gp.Z": Z})(Xd, yd)
+
+        return jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, None)), params
+
+    fn64, p64 = grad_fn(jnp.float64)
+    ref = jax.jit(fn64)(jnp.asarray(Zs), p64)
+    fn32, p32 = grad_fn(jnp.float32)
+    gZ, gp = jax.jit(fn32)(jnp.asarray(Zs, jnp.float32), p32)  # eager float32: the kernel test
+    assert_close(gZ, ref[0], name, "numpyro jit SVGP loss d/dZ")
+    for key in gp:
+        assert_close(gp[key], ref[1][key], name, f"numpyro jit SVGP loss d/d{key}")
+
+
+@pytest.mark.parametrize("D", [1, 2, 8])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_svgp_loss_gradients_pyro(name, D):
+    torch = pytest.importorskip("torch")
+    lib = PyroBackend().lib
+    X, y, Zs, q_mu, q_sqrt = svgp_problem(D)
+    grads = {}
+    for dtype in (torch.float32, torch.float64):
+        out = []
+        for Z in Zs:
+            kernel = getattr(lib, KERNELS[name])(lengthscale=torch.as_tensor(lengthscale(D), dtype=dtype))
+            gp = lib.SVGP(kernel, torch.as_tensor(Z, dtype=dtype))
+            gp.q_mu, gp.q_sqrt = torch.as_tensor(q_mu, dtype=dtype), torch.as_tensor(q_sqrt, dtype=dtype)
+            model = lib.GPModel(gp, lib.Gaussian(variance=torch.tensor(0.1, dtype=dtype)))
+            named = dict(list(gp.named_parameters()) + [("noise", p) for p in model.likelihood.parameters()])
+            loss = -model.elbo(torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype))
+            out.append(dict(zip(named, (g.cpu().numpy() for g in torch.autograd.grad(loss, list(named.values()))))))
+        grads[dtype] = out
+    for key in grads[torch.float64][0]:
+        assert_close([g[key] for g in grads[torch.float32]], [g[key] for g in grads[torch.float64]], name,
+                     f"pyro SVGP loss d/d{key}")
+
+
+def test_lengthscale_length_must_match_the_inputs(backend):
+    """An ARD lengthscale of the wrong length names ``lengthscale`` and the input dimension."""
+    kernel = backend.lib.Matern52(lengthscale=backend.array([1.0, 2.0, 3.0]))
+    X = backend.array(np.zeros((4, 2)))
+    with pytest.raises(ValueError, match=r"lengthscale has 3 entries but the inputs have 2 dimensions"):
+        kernel.K(X)
+    with pytest.raises(ValueError, match=r"lengthscale has 3"):
+        backend.lib.SVGP(kernel, X)
+
+
+def spiky_model(backend):
+    """A parameter pulled towards 1, plus a term whose value is always zero but whose gradient is
+    ``x`` at the minibatch's row: a gradient spike that the loss does not show."""
+    ppl = backend.ppl
+    if backend.name == "pyro":
+        import torch
+
+        detach, zeros = (lambda t: t.detach()), (lambda: torch.tensor(0.0))
+    else:
+        detach, zeros = jax.lax.stop_gradient, (lambda: jnp.zeros(()))
+
+    def model(x):
+        theta = ppl.param("theta", zeros())
+        ppl.factor("pull", -((theta - 1.0) ** 2))
+        ppl.factor("spike", (x.sum() * (theta - detach(theta))))
+
+    return model, lambda x: None
+
+
+@pytest.mark.parametrize("spike", [0.0, 1e8])
+def test_fit_stops_at_a_gradient_spike(backend, spike):
+    """A gradient 1e8 times the usual size (the loss unchanged) would leave Adam frozen: ``fit``
+    stops and says so; without it, ``FitResult.grad_norms`` holds each step's gradient norm."""
+    backend.reset()
+    x = np.zeros(30)
+    x[7] = spike
+    model, guide = spiky_model(backend)
+    run = lambda: backend.lib.fit(model, guide, (backend.array(x, np.float32),), num_epochs=3, batch_size=1,  # noqa: E731
+                                  lr=0.01, progress=False)
+    if spike:
+        with pytest.raises(FloatingPointError, match=r"gradient norm jumped to 1e\+08 .* Adam"):
+            run()
+    else:
+        result = run()
+        assert result.grad_norms.shape == (90,) and np.all(result.grad_norms > 0)
+        np.testing.assert_allclose(result.grad_norms[0], 2.0, rtol=1e-6)  # |d/dtheta (theta - 1)^2| at 0
+
+
+def test_loss_history_checks_the_gradient_norms():
+    from sparsegp_common.training import LossHistory
+
+    history = LossHistory([], to_floats=lambda pairs: pairs)
+    for i in range(20):
+        history.append((1.0, 1.0 + 0.1 * i))
+    assert len(history.read()) == 20 and len(history.grad_norms) == 20
+    history.append((1.0, 9e3))  # large, below the spike factor of the median
+    history.read()
+    history.append((1.0, float("nan")))
+    with pytest.raises(FloatingPointError, match="gradient became nan at step 22"):
+        history.read()
+    history = LossHistory([], to_floats=lambda pairs: pairs)
+    for i in range(5):  # too few steps to judge a spike
+        history.append((1.0, 1e9 if i == 4 else 1.0))
+    history.read()
