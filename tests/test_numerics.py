@@ -37,7 +37,7 @@ def test_jitter_escalation_under_jit():
 
 def test_cholesky_in_float64_inside_float32(backend):
     """An 80-point grid Gram matrix: factorised in float64 and returned in float32 (torch's
-    float32 Cholesky fails on it at this jitter)."""
+    float32 Cholesky fails on it at this jitter, or on some CPUs succeeds with an error of 1e-2)."""
     Z = np.arange(80)[:, None] * 0.05
     K32 = ref.kernel("rbf", Z, Z, 1.0, 1.0).astype(np.float32)
     L = backend.lib.cholesky(backend.array(K32, np.float32), jitter=1e-6, max_tries=0, dtype=backend.array(0.0).dtype)
@@ -45,8 +45,11 @@ def test_cholesky_in_float64_inside_float32(backend):
     expected = np.linalg.cholesky(K32.astype(np.float64) + 1e-6 * np.eye(80)).astype(np.float32)
     np.testing.assert_allclose(backend.numpy(L), expected, rtol=1e-6, atol=1e-7)
     if backend.name == "pyro":
-        with pytest.raises(backend.lib.CholeskyError):
-            backend.lib.cholesky(backend.array(K32, np.float32), jitter=1e-6, max_tries=0)
+        try:
+            L32 = backend.lib.cholesky(backend.array(K32, np.float32), jitter=1e-6, max_tries=0)
+        except backend.lib.CholeskyError:
+            return
+        assert np.abs(backend.numpy(L32) - expected).max() > 1e3 * np.abs(backend.numpy(L) - expected).max()
 
 
 @pytest.mark.parametrize("cholesky_dtype", [None, "float64"])
