@@ -352,6 +352,30 @@ def check_events(events, window):
 # ---------------------------------------------------------------- simulation by thinning
 
 
+def anchor_points(window, num_points):
+    """About ``num_points`` points on a regular grid over the window's bounding box (cell
+    centres, per-dimension counts proportional to the box's sides), those inside the window (or,
+    where none is, one inside point): ``(R, d)`` NumPy float64, ``1 <= R <= num_points``. Where
+    :meth:`~sparsegp_common.cox.CoxProcess.simulate` draws ``f`` jointly before drawing it at the
+    candidates given those values."""
+    num_points = positive_int(num_points, "num_points")
+    box = window.bounds
+    sides = box[:, 1] - box[:, 0]
+    wide = sides > 0  # a UserRule's box may be flat in a dimension
+    shape = np.ones(len(sides), dtype=int)
+    if wide.any():
+        scale = (num_points / np.prod(sides[wide])) ** (1 / wide.sum())  # points per unit length
+        shape[wide] = np.maximum(np.floor(sides[wide] * scale * (1 + 1e-9)), 1)
+    while np.prod(shape) > num_points:  # flooring can still overshoot when a side gets the minimum 1
+        shape[np.argmax(shape)] -= 1
+    axes = [lo + (np.arange(n) + 0.5) * (hi - lo) / n for (lo, hi), n in zip(box, shape)]
+    points = np.stack([g.ravel() for g in np.meshgrid(*axes, indexing="ij")], axis=-1)
+    points = points[window.contains(points)]
+    if len(points) == 0:  # a window thinner than the grid's spacing: one inside point
+        points = np.array(getattr(window, "anchor", box.mean(axis=1)), dtype=np.float64)[None]
+    return points
+
+
 def thin(window, log_bound, draw_log_intensity, rng, max_tries=10):
     """One pattern of a Poisson process by thinning, given draws of its log-intensity.
 
@@ -363,7 +387,7 @@ def thin(window, log_bound, draw_log_intensity, rng, max_tries=10):
         window: the :class:`Window`.
         log_bound: log of the first dominating rate.
         draw_log_intensity: ``fn(candidates (C, d), seed) -> (C,)`` NumPy log-intensity of one
-            joint draw at the candidates.
+            draw at the candidates (for a Cox process, :class:`~sparsegp_common.cox.AnchoredDraws`).
         rng: a ``numpy.random.Generator``.
 
     Returns:
