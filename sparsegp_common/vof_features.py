@@ -340,7 +340,10 @@ def estimated_moments(prior, X, u=None, key=None):
         moments = collapsed_moments(*sets, prior.q_mu, prior.q_sqrt, Kff) if u is None else sampled_moments(*sets, u, Kff)
     else:
         K = Kuf(features, kernel, X)
-        moments = u @ K, Kff - namespace(K).sum(K**2, axis=0)
+        xp = namespace(K)
+        # Kff - |Kuf|^2 >= 0 for orthonormal features; floored at Kff's round-off, where it is
+        # negative by round-off (the quadrature's sqrt then has a finite derivative)
+        moments = u @ K, xp.maximum(Kff - xp.sum(K**2, axis=0), xp.finfo(K.dtype).eps * Kff)
     # the mean function shifts the estimate of E[f]; the second moment's estimate stays unbiased
     return prior.plus_mean_function(moments[0], X), moments[1]
 
