@@ -454,7 +454,7 @@ def masked_gradients(backend, gp):
 def test_fit_predict_sample_and_arviz_work_unchanged(backend, rng):
     X = rng.uniform(-3, 3, size=(60, 1))
     y = np.sinc(X[:, 0]) + 0.1 * rng.normal(size=60)
-    gp = make(backend, X[:20], X[:5])
+    gp = make(backend, X[:20], X[:5], kernel=("rbf", [0.8], 1.2))  # one lengthscale: 1-D inputs
     model = gaussian_model(backend, gp, noise=0.05)
     Xa, ya = backend.array(X), backend.array(y)
     result = backend.lib.fit(model.model, model.guide, (Xa, ya), num_steps=60, batch_size=20, lr=0.05, progress=False)
