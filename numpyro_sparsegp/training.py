@@ -27,7 +27,9 @@ class _Trainer(Trainer):
         self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
         self.update = jax.jit(lambda state, data, idx: self._update(state, *_take(data, idx), **kwargs))
         with _binds() as self.bound:  # the library objects the model and guide read their parameters through
-            self.state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
+            state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
+        # committed to its device, as the updates' outputs are: otherwise the second step compiles again
+        self.state = jax.device_put(state, next(iter(jax.tree_util.tree_leaves(state)[0].devices())))
 
     def _update(self, state, *args, **kwargs):
         state, loss = self.svi.update(state, *args, **kwargs)

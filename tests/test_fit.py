@@ -380,3 +380,18 @@ def test_bad_arguments(backend, kwargs, error, match):
         backend.lib.fit(model.model, model.guide, (X, y), progress=False, **kwargs)
     with pytest.raises(ValueError, match="same length"):
         backend.lib.fit(model.model, model.guide, (X, y[:-1]), num_steps=1, progress=False)
+
+
+def test_numpyro_fit_compiles_its_step_once(monkeypatch):
+    """The state from ``SVI.init`` is committed to its device like the updates' outputs, so the
+    jitted update compiles once (it compiled again at the second step before)."""
+    from numpyro_sparsegp import training
+
+    from backends import NumPyroBackend
+
+    backend = NumPyroBackend()
+    model, X, y = problem(backend, num_data=N)
+    sizes, step = [], training._Trainer.step
+    monkeypatch.setattr(training._Trainer, "step", lambda self, i: (step(self, i), sizes.append(self.update._cache_size()))[0])
+    backend.lib.fit(model.model, model.guide, (X, y), num_steps=4, batch_size=20, progress=False)
+    assert sizes == [1, 1, 1, 1]
