@@ -6,6 +6,7 @@ registering them when run under NumPyro's handlers, exactly like the Pyro backen
 Children that are themselves ``Parameterized`` are bound under ``<name>.<attribute>``. The
 classes of the core (``sparsegp_common``) get this parameter handling by :func:`adapt`.
 """
+import contextvars
 import copy
 import functools
 
@@ -62,7 +63,9 @@ def _diag_embed(d):
 _lower_cholesky = _LowerCholeskyTransform.codomain
 biject_to.register(_LowerCholesky, lambda constraint: _LowerCholeskyTransform())
 
-_bind_logs = []  # lists that record (object, prefix) of every bind(); see training.fit
+#: The list that records ``(object, prefix)`` of every ``bind()`` inside ``fit``'s set-up (None
+#: elsewhere): a context variable, so that fits in other threads or tasks keep their own.
+bind_log = contextvars.ContextVar("bind_log", default=None)
 
 
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": _lower_cholesky}
@@ -105,7 +108,8 @@ class Parameterized(_adapt.Adapted):
         if self._bound:
             return self
         prefix = self._name if prefix is None else prefix
-        for log in _bind_logs:
+        log = bind_log.get()
+        if log is not None:
             log.append((self, prefix))
         new = copy.copy(self)
         for name, constraint in self._constraints.items():

@@ -76,11 +76,11 @@ fit = make_fit(
 def _binds():
     """Record ``(object, prefix)`` of every ``Parameterized.bind()`` run inside the block."""
     log = []
-    _params._bind_logs.append(log)
+    token = _params.bind_log.set(log)
     try:
         yield log
     finally:
-        _params._bind_logs.remove(log)
+        _params.bind_log.reset(token)
 
 
 def _write_back(bound, params):

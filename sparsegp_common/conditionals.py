@@ -4,6 +4,9 @@ With ``A = Luu^{-1} Kuf`` and ``B = A`` (whitened) or ``B = Luu^{-T} A`` (unwhit
 
     mean = B^T q_mu,    cov = Kff - A^T A + B^T S B,    S = q_sqrt q_sqrt^T.
 
+For ``f = sum_t f_t`` over independent components the changes ``-A^T A + B^T S B`` are summed
+and ``Kff`` is added once.
+
 ``Luu=None`` stands for ``Kuu = I`` (features that are orthonormal by construction), where
 whitening is the identity. The strategies say which ``B``: :class:`Whitened` and
 :class:`Unwhitened` here; decoupled and weight-space strategies reuse :func:`conditional`.
@@ -11,11 +14,11 @@ whitening is the identity. The strategies say which ``B``: :class:`Whitened` and
 from .linalg import solve_lower
 from .ops import namespace
 
-__all__ = ["Unwhitened", "Whitened", "conditional", "strategy"]  # what the backends re-export
+__all__ = ["Unwhitened", "Whitened", "add_prior", "conditional", "prior_covariance", "strategy", "update"]  # what the backends re-export
 
 
 def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False, cross=None):
-    """Moments of q(f(X)).
+    """Moments of q(f(X)) for one block of features: the prior ``Kff`` plus :func:`update`.
 
     Args:
         Kuf: ``(M, N)`` or ``batch_shape + (M, N)``.
@@ -32,24 +35,54 @@ def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False, cross=None):
         ``mean`` of shape ``batch_shape + (N,)`` and ``var`` (``batch_shape + (N,)``) or
         ``cov`` (``batch_shape + (N, N)``).
     """
-    xp = namespace(Kuf, Luu, Kff)
+    mean, change, *rest = update(Kuf, Luu, q, whiten=whiten, full_cov=full_cov, cross=cross)
+    return (mean, add_prior(Kff, change, full_cov), *rest)
+
+
+def update(Kuf, Luu, q, *, whiten=True, full_cov=False, cross=None):
+    """What q(u) does to the prior at X: the mean ``B^T q_mu`` and the covariance change
+    ``-A^T A + B^T S B`` (diagonal unless ``full_cov``), shapes and ``cross`` as in
+    :func:`conditional`. Components of ``f = sum_t f_t`` add their changes
+    (:func:`sum_components`) before the prior covariance is added once (:func:`add_prior`):
+    ``sum_t k_t(x, x) = k(x, x)`` whatever the decomposition."""
+    xp = namespace(Kuf, Luu)
     A = Kuf if Luu is None else solve_lower(Luu, Kuf)
     B = A if (whiten or Luu is None) else solve_lower(Luu, A, transpose=True)
     mean = (q.q_mu[..., None, :] @ B)[..., 0, :]
     SB = q.scale_project(B)
+    change = SB.mT @ SB - A.mT @ A if full_cov else xp.sum(SB**2, axis=-2) - xp.sum(A**2, axis=-2)
+    return (mean, change) if cross is None else (mean, change, B.mT @ cross)
+
+
+def add_prior(Kff, change, full_cov=False):
+    """The prior (co)variance plus the change of :func:`update`; variances are kept above the
+    smallest positive number (round-off can take ``k(x, x) - |A|^2`` below 0)."""
+    var = Kff + change
     if full_cov:
-        var = Kff - A.mT @ A + SB.mT @ SB
-    else:
-        var = Kff - xp.sum(A**2, axis=-2) + xp.sum(SB**2, axis=-2)
-        var = xp.clip(var, min=float(xp.finfo(var.dtype).tiny))
-    return (mean, var) if cross is None else (mean, var, B.mT @ cross)
+        return var
+    xp = namespace(var)
+    return xp.clip(var, min=float(xp.finfo(var.dtype).tiny))
+
+
+def prior_covariance(kernel, X, component_shape, latent_shape, full_cov=False):
+    """``k(X, X)`` (``full_cov``) or ``k(x, x)`` of ``f = sum_t f_t``: a kernel with a batch axis
+    per component (an additive model) gives each ``k_t``, summed here; a kernel without one is
+    already the sum (the components of a decomposition of ``k``). Batch axes align from the
+    right, the latent ones last. Returns ``latent batch + (N,)`` or ``... + (N, N)``."""
+    K = kernel.K(X) if full_cov else kernel.K_diag(X)
+    extra = K.ndim - (2 if full_cov else 1) - len(latent_shape)
+    if extra > len(component_shape):
+        raise shape_error(f"the kernel's {'K' if full_cov else 'K_diag'} has shape {tuple(K.shape)}",
+                          component_shape, latent_shape)
+    return namespace(K).sum(K, axis=tuple(range(extra))) if extra > 0 else K
 
 
 def sum_components(mean, var, component_shape, latent_shape, num_points, full_cov=False):
     """``f = sum_t f_t`` over the leading ``component_shape`` axes of independent components:
-    means and (co)variances add. The one place a component axis is reduced, and where the shapes
-    a prior promises are asserted, so that a batch axis nobody declared (in the features, the
-    kernel or q) is an error instead of an ELBO silently broadcast over it.
+    means and (co)variance changes (:func:`update`) add. The one place a component axis of q(f)
+    is reduced, and where the shapes a prior promises are asserted, so that a batch axis nobody
+    declared (in the features, the kernel or q) is an error instead of an ELBO silently
+    broadcast over it.
 
     Args:
         mean: ``component_shape + latent_shape + (N,)``; var: the same, or ``... + (N, N)``.
@@ -88,8 +121,8 @@ class Whitened:
     def prior_factor(self, Luu):
         return None
 
-    def marginals(self, Kuf, Luu, Kff, q, full_cov=False, cross=None):
-        return conditional(Kuf, Luu, Kff, q, whiten=self.whiten, full_cov=full_cov, cross=cross)
+    def update(self, Kuf, Luu, q, full_cov=False, cross=None):
+        return update(Kuf, Luu, q, whiten=self.whiten, full_cov=full_cov, cross=cross)
 
 
 class Unwhitened(Whitened):

@@ -221,8 +221,7 @@ class CoxProcess(Documented):
         sites = self._sites
         with sites.bound(self.prior) as (prior,):
             self._check_resolution(prior)
-            posterior = prior.posterior()
-            prior.sample_global_sites(posterior, guide=False)
+            posterior, _ = prior.sample_global_sites(prior.posterior(), guide=False)
             if self.rule.binned:
                 if subsample_size is not None:
                     raise ValueError("the binned form scores whole cells: subsample_size must be None")

@@ -242,15 +242,22 @@ class MeanShifted:
     """``q(f)`` of a prior with a mean function: the method's posterior of ``g`` (every attribute
     but ``marginals`` and ``kl`` is its own), with ``m(X)`` added to the means. ``part`` selects
     ``"f"`` (``m + g``), ``"gp"`` (``g``) or ``"mean"`` (``m``). Coefficients with a prior are
-    read at :attr:`coefficients` once sampled (the model and guide), else integrated over ``q``,
-    independent of ``q(g)``."""
+    integrated over ``q``, independent of ``q(g)``; :meth:`given` the values sampled at their
+    site (the model and guide), the posterior conditional on them."""
+
+    coefficients = None
 
     def __init__(self, gp, mean_function, part="f"):
         self.gp, self.mean_function, self.part = gp, mean_function, part
-        self.coefficients = None
 
     def __getattr__(self, name):
         return getattr(self.gp, name)
+
+    def given(self, coefficients):
+        """This posterior given sampled coefficients (a new object; this one is unchanged)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__, coefficients=coefficients)
+        return new
 
     def kl(self):
         """The GP's KL plus the coefficients' ``KL[q || prior]`` (none once they are sampled sites)."""

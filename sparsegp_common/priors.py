@@ -120,18 +120,20 @@ class GPPrior:
         return self._predict.inspect(self, params=params)
 
     def sample_global_sites(self, posterior, guide):
-        """The sites outside the data plate: ``<name>.u`` (masked) and, in the model, the factor
-        ``<name>.kl`` = ``-KL``; returns ``u`` (None for methods without one). Used by
-        :meth:`model`, :meth:`guide` and the objectives."""
+        """The sites outside the data plate: the mean function's coefficients (when they have a
+        prior), ``<name>.u`` (masked) and, in the model, the factor ``<name>.kl`` = ``-KL``.
+        Returns ``(posterior, u)``: the posterior given the sampled coefficients (``posterior``
+        itself without them) and ``u`` (None for methods without one). Used by :meth:`model`,
+        :meth:`guide` and the objectives."""
         if isinstance(posterior, MeanShifted) and posterior.mean_function.coefficient_prior is not None:
             # first: q(u) may depend on them (CoupledMean)
-            posterior.coefficients = self._sites.sample(
-                self._coefficient_site, posterior.mean_function.coefficient_distribution(guide))
+            posterior = posterior.given(self._sites.sample(
+                self._coefficient_site, posterior.mean_function.coefficient_distribution(guide)))
         u_dist = posterior.q_u() if guide else posterior.prior_u()
         u = None if u_dist is None else self._sites.sample(f"{self.name}.u", u_dist.mask(False))
         if not guide:  # the GP's KL given the coefficients: sampled, they are scored by their own site
             self._sites.factor(f"{self.name}.kl", -posterior.kl())
-        return u
+        return posterior, u
 
     @contextlib.contextmanager
     def _data(self, X, plate):
@@ -177,7 +179,6 @@ class GPPrior:
         """Variational sites of this component (same arguments as :meth:`model`); returns ``f``."""
         X = self._checks.inputs(X, "X", self.input_dim, like=self.first_parameter())
         with self._sites.bound(self) as (prior,):
-            posterior = prior.posterior()
-            prior.sample_global_sites(posterior, guide=True)
+            posterior, _ = prior.sample_global_sites(prior.posterior(), guide=True)
             with prior._data(X, plate) as Xb:
                 return self._sites.sample(f"{self.name}.f", prior._f_dist(*posterior.marginals(Xb)))

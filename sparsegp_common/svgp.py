@@ -3,7 +3,7 @@ import functools
 import numbers
 
 from . import checks, variational
-from .conditionals import check_batch, strategy, sum_components
+from .conditionals import add_prior, check_batch, prior_covariance, strategy, sum_components
 from .features import Features, InducingPoints, Kuf, Kuu
 from .linalg import cholesky, solve_lower
 from .ops import backend, device, namespace
@@ -76,9 +76,7 @@ class SVGP(GPPrior):
         return SVGPPosterior(self)
 
     def prior_variance(self, X):
-        var = self.kernel.K_diag(X)
-        if self.component_shape:  # independent components: their prior variances add
-            var = namespace(var).sum(var, axis=tuple(range(len(self.component_shape))))
+        var = prior_covariance(self.kernel, X, self.component_shape, self.latent_shape)
         if self.num_latent is None:
             return var
         return namespace(var).broadcast_to(var, (self.num_latent,) + tuple(var.shape[-1:])).mT
@@ -131,14 +129,15 @@ class SVGPPosterior:
             q = type(q)(self.q_mu + shift, self.q_sqrt)
         if cross is not None:
             S = q.dense_scale()
-            q = variational.CholeskyGaussian(self.q_mu, cholesky(S @ S.mT + cross @ cross.mT, 0.0))
+            q = variational.CholeskyGaussian(q.q_mu, cholesky(S @ S.mT + cross @ cross.mT, 0.0))
         return q.distribution(self.dist)
 
     def marginals(self, X, full_cov=False, cross=None):
         """Moments of ``q(f(X))``; with ``cross``, also ``B^T cross`` ``latent_shape + (N, P)``."""
-        Kff = self.kernel.K(X) if full_cov else self.kernel.K_diag(X)
-        moments = self.strategy.marginals(Kuf(self.features, self.kernel, X), self.Luu, Kff, self.q, full_cov, cross)
-        mean, var = sum_components(*moments[:2], self.component_shape, self.latent_shape, X.shape[0], full_cov)
+        moments = self.strategy.update(Kuf(self.features, self.kernel, X), self.Luu, self.q, full_cov, cross)
+        mean, change = sum_components(*moments[:2], self.component_shape, self.latent_shape, X.shape[0], full_cov)
+        Kff = prior_covariance(self.kernel, X, self.component_shape, self.latent_shape, full_cov)
+        var = add_prior(Kff, change, full_cov)
         if self.num_latent is not None:
             mean, var = mean.mT, (var if full_cov else var.mT)
         if cross is None:

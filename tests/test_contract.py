@@ -195,3 +195,68 @@ def test_backend_ops_follow_the_arrays():
     assert backend(np.zeros(1), jnp.zeros(1)).__name__.endswith("_jax")  # NumPy follows JAX, as jnp does
     with pytest.raises(TypeError):
         namespace(torch.zeros(1), jnp.zeros(1))
+
+
+def _hook_reads():
+    """``{core class: hooks it reads as self._<name>}`` and the names core classes read but never
+    set themselves (what a backend must inject), from the core's source."""
+    import ast
+    import pathlib
+
+    import sparsegp_common
+
+    reads, defined = {}, set()
+    root = pathlib.Path(sparsegp_common.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        module = ".".join(("sparsegp_common",) + (parts[:-1] if parts[-1] == "__init__" else parts))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defined.add(sub.name)
+                elif isinstance(sub, ast.Assign):
+                    defined.update(n.id for t in sub.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            for n in ast.walk(node):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" \
+                        and n.attr.startswith("_") and not n.attr.startswith("__"):
+                    if isinstance(n.ctx, ast.Store):
+                        defined.add(n.attr)
+                    else:
+                        reads.setdefault((module, node.name), set()).add(n.attr)
+    return reads, defined
+
+
+def test_backend_protocol_is_declared_and_provided():
+    """Every name a core class reads as ``self._<name>`` without setting it is a hook listed in
+    ``sparsegp_common.protocol.HOOKS`` (and every hook listed is read), and both backends' versions
+    of each core class provide the hooks it reads; every ``ops`` module has every operation."""
+    import importlib
+    import pkgutil
+
+    from sparsegp_common import protocol
+
+    reads, defined = _hook_reads()
+    injected = set().union(*reads.values()) - defined
+    assert injected <= set(protocol.HOOKS), f"read by the core, set by no one, not declared: {sorted(injected - set(protocol.HOOKS))}"
+    assert set(protocol.HOOKS) <= set().union(*reads.values()), "declared hooks nobody reads"
+    for package in (pyro_sparsegp, numpyro_sparsegp):
+        classes = set()
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            classes.update(v for v in vars(module).values() if isinstance(v, type) and v.__module__.startswith(package.__name__))
+        checked = 0
+        for cls in classes:
+            for (module, name), hooks in reads.items():
+                core = getattr(importlib.import_module(module), name, None)
+                if core is None or core not in cls.__mro__:
+                    continue
+                checked += 1
+                for hook in hooks & set(protocol.HOOKS):
+                    assert getattr(cls, hook, None) is not None, f"{package.__name__}: {cls.__name__} lacks {hook} (read by {name})"
+        assert checked > 20, f"{package.__name__}: only {checked} classes matched"
+    for name in ("_jax", "_torch", "_numpy"):
+        ops = importlib.import_module(f"sparsegp_common.ops.{name}")
+        missing = [op for op in protocol.OPS if not callable(getattr(ops, op, None))]
+        assert not missing, f"sparsegp_common.ops.{name} lacks {missing}"

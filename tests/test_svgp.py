@@ -200,6 +200,63 @@ def test_component_axis_sums_independent_components(backend, rng, whiten):
         lib.GPModel(undeclared, lib.Gaussian()).elbo(backend.array(X), backend.array(y))
 
 
+def split_points(lib, T):
+    """Inducing points ``(T, M, D)`` of the components of ``f = sum_t f_t``, ``f_t ~ GP(0, k / T)``,
+    over one *base* kernel ``k`` (no batch axis): the route of a decomposition of ``k`` (the
+    harmonic method), where ``sum_t k_t(x, x) = k(x, x)`` must be added once, not T times."""
+
+    class SplitPoints(lib.features.Features):
+        component_shape = (T,)
+
+        def __init__(self, Z):
+            super().__init__()
+            self._param("Z", Z)
+
+        num_inducing = property(lambda self: self.Z.shape[-2])
+        input_dim = property(lambda self: self.Z.shape[-1])
+
+    lib.Kuu.register(SplitPoints, lib.kernels.Kernel)(lambda features, kernel: kernel.K(features.Z) / T)
+    lib.Kuf.register(SplitPoints, lib.kernels.Kernel)(lambda features, kernel, X: kernel.K(features.Z, X) / T)
+    return SplitPoints
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_components_of_a_base_kernel_add_the_prior_once(backend, rng, whiten):
+    """A component axis over one base kernel: q(f), its covariance, the prior variance and the
+    ELBO against a dense reference that builds the T components ``k / T`` explicitly."""
+    lib, T, M, noise = backend.lib, 3, 5, 0.3
+    X, y, Z = rng.normal(size=(20, 2)), rng.normal(size=20), rng.normal(size=(T, M, 2))
+    q_mu = rng.normal(size=(T, M))
+    q_sqrt = np.tril(rng.normal(size=(T, M, M)) * 0.3, -1) + np.eye(M) * rng.uniform(0.3, 1.2, size=(T, M, 1))
+    lengthscale, variance = [0.7, 1.4], 1.3
+    refs = [ref.SVGPRef("matern52", lengthscale, variance / T, z, m, s, whiten, 1e-6) for z, m, s in zip(Z, q_mu, q_sqrt)]
+    kernel = lib.Matern52(lengthscale=backend.array(lengthscale), variance=variance)
+    gp = backend.set(lib.SVGP(kernel, split_points(lib, T)(backend.array(Z)), whiten=whiten), q_mu=q_mu, q_sqrt=q_sqrt)
+    mean, cov = (backend.numpy(a) for a in gp.predict_f(backend.array(X), full_cov=True))
+    np.testing.assert_allclose(mean, sum(r.predict(X)[0] for r in refs), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(cov, sum(r.predict(X)[1] for r in refs), rtol=1e-9, atol=1e-12)
+    var = backend.numpy(gp.predict_f(backend.array(X))[1])
+    np.testing.assert_allclose(var, np.diag(cov), rtol=1e-9)
+    prior_var = backend.numpy(backend.bound(gp).prior_variance(backend.array(X)))
+    np.testing.assert_allclose(prior_var, np.full(len(X), variance), rtol=1e-12)
+    model = lib.GPModel(gp, backend.set(lib.Gaussian(), variance=noise))
+    expected = ref.gaussian_ell(noise)(y, mean, var).sum() - sum(r.kl() for r in refs)
+    assert float(backend.numpy(model.elbo(backend.array(X), backend.array(y)))) == pytest.approx(expected, rel=1e-10)
+
+
+def test_q_u_with_a_shift_and_cross_directions(backend, rng):
+    """``q_u(shift, cross)`` is ``N(q_mu + shift, S + cross cross^T)``: both kept when both are given."""
+    X, Z, q_mu, q_sqrt = problem(rng)
+    gp = backend.svgp(Z, KERN, q_mu, q_sqrt)
+    shift, cross = rng.normal(size=q_mu.shape), rng.normal(size=q_mu.shape + (2,))
+    posterior = backend.bound(gp).posterior()
+    for kwargs in ({"shift": shift}, {"cross": cross}, {"shift": shift, "cross": cross}):
+        q = posterior.q_u(**{k: backend.array(v) for k, v in kwargs.items()})
+        S = q_sqrt @ q_sqrt.T + (cross @ cross.T if "cross" in kwargs else 0)
+        np.testing.assert_allclose(backend.numpy(q.mean), q_mu + kwargs.get("shift", 0), rtol=1e-12, err_msg=str(list(kwargs)))
+        np.testing.assert_allclose(backend.numpy(q.covariance_matrix), S, rtol=1e-10, err_msg=str(list(kwargs)))
+
+
 def test_pyro_contrib_gp_scores_the_predictive_term():
     """pyro.contrib.gp's VariationalSparseGP loss is KL - sum log N(y | mu, var + noise), the
     predictive term of the test above; ours is KL - sum E_q[log N(y | f, noise)]."""
