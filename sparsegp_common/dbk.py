@@ -37,7 +37,7 @@ comes from the moments ``Phi^T Phi``, ``Phi^T y`` in float64 (the op ``dbk_momen
 forward, one backward), so the step stays linear in N with cache-sized temporaries; JAX
 multiplies plainly, in float64 with ``jax_enable_x64`` (without it the r x r algebra is float32
 and fragile at large N / sigma^2). The difference ``y^T S^-1 y - |R^-1 b|^2`` cancels about
-``log10(var y / sigma^2)`` digits (spec section 5.2), at most 6 of float64's 16 at the noise
+``log10(var y / sigma^2)`` digits, at most 6 of float64's 16 at the noise
 bound 1e-6.
 
 Also the backend-free pieces: option checks, the paper's defaults and the 1-D step function of
@@ -128,7 +128,7 @@ class MLP(_Network):
 
 class ResNet(_Network):
     """Residual basis network: ``h_0 = W_in x + b_in``, ``h_k = h_{k-1} + tanh(W_k h_{k-1} + b_k)``,
-    ``phi(x) = W_out h_depth + b_out`` (the spec's reading of the paper's 2-layer ResNet).
+    ``phi(x) = W_out h_depth + b_out`` (our reading of the paper's 2-layer ResNet, section 4).
 
     Args: as for :class:`MLP` (``depth`` counts residual blocks).
     """
@@ -225,8 +225,7 @@ def _stats(Phi, y, noise, variance=None):
 
 def _posterior64(gram, b):
     """``R = chol(G + I)``, ``c = R^-1 b`` and the weight mean ``R^-T c`` (float64; JAX: with
-    ``jax_enable_x64``): ``G`` grows like N / sigma^2, beyond what a float32 Cholesky can take
-    (spec 5.1)."""
+    ``jax_enable_x64``): ``G`` grows like N / sigma^2, beyond what a float32 Cholesky can take."""
     xp = namespace(gram)
     R = cholesky(gram + xp.eye(gram.shape[-1], dtype=gram.dtype, device=device(gram)), jitter=0.0)
     c = solve_lower(R, b[:, None])

@@ -15,8 +15,8 @@ quadratic form is computed in blocks of ``kl_chunk_size`` rows of ``K_alpha``, e
 the backward pass (``ops.blockwise_sum``: torch checkpoints, ``lax.map`` over ``jax.checkpoint``-ed
 blocks in JAX), so memory is O(kl_chunk_size x M_alpha). There is no finite ``u`` whose prior and
 posterior reproduce this KL, so the component has no ``<name>.u`` site: the KL enters only
-through the factor ``<name>.kl`` (spec section 9). Shapes are static (growing bases are
-preallocated and masked), so everything jits. See ``specs/decoupled.md``.
+through the factor ``<name>.kl`` (the paper's eq. 9, Theorem 1). Shapes are static (growing
+bases are preallocated and masked), so everything jits.
 """
 import functools
 import math
@@ -33,7 +33,8 @@ from .svgp import SVGP
 PARAMETRIZATIONS = ("direct", "jacobi", "hybrid")
 
 #: Scale of the initial covariance factor ``L = L_INIT * I``: ``L = 0`` is the prior but a
-#: stationary point of the ELBO in ``L`` (spec section 7.2), so learning would never start there.
+#: stationary point of the ELBO in ``L`` (its gradient is ``2 (dELBO/dB) L = 0``), so learning would
+#: never start there.
 L_INIT = 1e-3
 
 
@@ -50,7 +51,7 @@ class DecoupledGP(GPPrior):
         parametrization: ``"direct"``: parameters ``a`` ``(..., M_alpha)`` and ``L``
             ``(..., M_beta, M_beta)``, ``B = L L^T``. ``"jacobi"``: the same names hold the
             preconditioned ``a0 = diag(K_alpha) a`` and ``L0 = diag(K_beta) L``. ``"hybrid"``
-            (spec A.3): an unwhitened SVGP ``q_mu`` ``(..., M_beta)``, ``q_sqrt``
+            (the paper's Appendix A.3, eq. 11): an unwhitened SVGP ``q_mu`` ``(..., M_beta)``, ``q_sqrt``
             ``(..., M_beta, M_beta)`` on ``Z_beta`` plus the residual mean ``K_{x alpha} a``.
             Default ``"jacobi"``: the mean no longer rescales with the learned kernel variance,
             which speeds Adam up markedly (kin40k, 180 s: test RMSE 0.19 against 0.28 direct).

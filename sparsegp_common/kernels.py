@@ -8,7 +8,7 @@ Stationary kernels take ``lengthscale`` of shape ``batch_shape + (D,)`` (ARD) or
 ``batch_shape + (1,)`` (isotropic) and ``variance`` of shape ``batch_shape``; both are kept
 positive by the backend's ``positive`` constraint (an exp/log transform).
 
-Spectral densities follow one convention (see ``specs/vof.md``, section 1): with
+Spectral densities follow one convention (Burt, Rasmussen & van der Wilk, 2020, eq. 5): with
 ``kappa(tau) = k(x, x + tau)``,
 
     kappa(tau) = (2 pi)^(-D/2) * integral s(omega) exp(-i omega . tau) d omega,

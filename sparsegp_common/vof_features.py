@@ -1,5 +1,5 @@
-"""Variational orthogonal features (Burt, Rasmussen & van der Wilk, 2020; ``specs/vof.md``),
-written once for every backend.
+"""Variational orthogonal features (Burt, Rasmussen & van der Wilk, 2020, "Variational orthogonal
+features"), written once for every backend.
 
 Inter-domain features ``u_m = int g_m(x) f(x) dx`` built from functions ``psi_m`` that are
 orthonormal in the frequency domain, so that ``Kuu = I`` for any stationary kernel with a spectral
