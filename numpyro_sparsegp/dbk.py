@@ -74,7 +74,7 @@ def _rows(Xb, batch, values, fn, obj, *extra):
 class _DeepBasis(common._DeepBasis, Parameterized):
     """The NumPyro hooks of :class:`sparsegp_common.dbk._DeepBasis`."""
 
-    _ppl, _network = numpyro, (eqx.Module, "an equinox Module")
+    _network = (eqx.Module, "an equinox Module")
     _as_array = staticmethod(checks.as_array)
 
     @staticmethod

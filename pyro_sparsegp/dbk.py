@@ -2,7 +2,6 @@
 ``torch.nn`` modules, whose weights become PyroParams; the moments run through the blocked
 float64 op of :mod:`sparsegp_common.ops._torch`.
 """
-import pyro
 import torch
 from pyro import poutine
 from pyro.nn.module import PyroParam, to_pyro_module_
@@ -44,7 +43,7 @@ MLP, ResNet = common.network_classes(_Network, __name__)
 class _DeepBasis(common._DeepBasis, Parameterized):
     """The Pyro hooks of :class:`sparsegp_common.dbk._DeepBasis`."""
 
-    _ppl, _network = pyro, (torch.nn.Module, "a torch.nn.Module")
+    _network = (torch.nn.Module, "a torch.nn.Module")
     _as_array = staticmethod(checks.as_tensor)
 
     @staticmethod

@@ -26,6 +26,7 @@ import numpy as np
 
 from . import windows
 from .adapt import Documented
+from .dispatch import Dispatcher
 from .linalg import cholesky, solve_lower
 from .objective import data_plate, data_scale
 from .ops import backend, device, namespace
@@ -81,6 +82,68 @@ class CoxEvents(Documented):
         return self.points[namespace(index).moveaxis(index, len(sample_shape), -1)]
 
 
+class EventsForm:
+    """The Cox likelihood of the event locations: each event's ``E_q[log lambda]``, in a data
+    plate (minibatches scaled to the pattern), less the rule's estimate of ``int_W E_q[lambda]``."""
+
+    whole_pattern = False  # minibatches of events are fine
+
+    def model(self, cox, posterior, events, subsample_size):
+        sites = cox._sites
+        sites.factor(f"{cox.name}.integral", -cox._integral(posterior))
+        with data_plate(sites, cox.name, events.shape[0], cox.num_events, subsample_size, events) as select:
+            Xb = select(events)
+            sites.factor(f"{cox.name}.log_intensity", posterior.marginals(Xb)[0] + cox._offset(Xb))
+
+    def data_term(self, cox, posterior, events, key):
+        log_intensity = posterior.marginals(events)[0] + cox._offset(events)
+        scale = data_scale(cox.num_events, events.shape[0])
+        return scale * namespace(log_intensity).sum(log_intensity) - cox._integral(posterior, key)
+
+    def sampled_inputs(self, events, points):
+        """Where the sampled model draws ``f``: the events, then the integration points."""
+        return namespace(events, points).concat([events, points])
+
+    def observe(self, cox, events, points, weights, X, log_lam):
+        """The observed site ``<name>.x`` of the sampled model (:class:`CoxEvents`)."""
+        xp, n = namespace(log_lam), events.shape[0]  # log_lam may have batch axes on its left (draws)
+        log_masses = xp.log(weights) + log_lam[..., n:]
+        with cox._sites.plate(cox.name, n, like=X):
+            return cox._sites.sample(f"{cox.name}.x", cox._cox_events(log_lam[..., :n], xp.sum(xp.exp(log_masses), axis=-1),
+                                                                     points, log_masses), obs=events)
+
+
+class CountsForm(EventsForm):
+    """The likelihood of the cells' event counts (:class:`~sparsegp_common.windows.Binned`):
+    ``c_k ~ Poisson(|cell| lambda(centre_k))``, whole cells only."""
+
+    whole_pattern = True
+
+    def model(self, cox, posterior, events, subsample_size):
+        if subsample_size is not None:
+            raise ValueError("the binned form scores whole cells: subsample_size must be None")
+        cox._sites.factor(f"{cox.name}.counts", cox._binned(posterior, events))
+
+    def data_term(self, cox, posterior, events, key):
+        return cox._binned(posterior, events, key)
+
+    def sampled_inputs(self, events, points):
+        """The cells' centres."""
+        return points
+
+    def observe(self, cox, events, points, weights, X, log_lam):
+        """The observed site ``<name>.counts``, a Poisson per cell."""
+        with cox._sites.plate(f"{cox.name}.cells", len(weights), like=X):
+            return cox._sites.sample(f"{cox.name}.counts", cox._dist.Poisson(weights * namespace(log_lam).exp(log_lam)),
+                                     obs=cox.counts(events))
+
+
+#: The likelihood a rule's nodes serve, by the rule's type.
+data_form = Dispatcher("data_form")
+data_form.register(windows.Rule)(lambda rule: EventsForm())
+data_form.register(windows.Binned)(lambda rule: CountsForm())
+
+
 class CoxProcess(Documented):
     """A log-Gaussian Cox process on ``window`` with log-intensity ``f + offset``, ``f`` from ``prior``.
 
@@ -124,9 +187,9 @@ class CoxProcess(Documented):
         if prior.input_dim != self.window.dim:
             raise ValueError(f"the window is {self.window.dim}-D but the prior takes {prior.input_dim}-D inputs")
         self.rule = windows.as_rule(integration, self.window)
-        self.layout = windows.rule_layout(self.rule, self.window)
-        fixed = not (self.rule.random or self.rule.binned)
-        self.spacing = windows.node_spacing(self.layout, self.window) if fixed else None
+        self.layout = self.rule.layout(self.window)
+        self.spacing = self.rule.spacing(self.layout, self.window)
+        self.form = data_form(self.rule)
         self._warned = False
         if not (callable(offset) or (isinstance(offset, numbers.Real) and np.isfinite(offset))):
             raise TypeError(f"offset must be a finite number or a function of X, got {offset!r}")
@@ -161,23 +224,24 @@ class CoxProcess(Documented):
             windows.check_events(checks.host(events), self.window)
         if self.num_events is not None and events.shape[0] > self.num_events:
             raise ValueError(f"events has {events.shape[0]} rows, more than num_events={self.num_events}")
-        if (full or self.rule.binned) and self.num_events not in (None, events.shape[0]):
+        if (full or self.form.whole_pattern) and self.num_events not in (None, events.shape[0]):
             raise ValueError("this form needs the whole pattern: drop num_events or pass all events")
         return events
 
-    def _points(self, key=None, random=None):
-        """Integration points ``(P', d)``, weights ``(P',)`` and the selected indices (or None)."""
+    def _points(self, key=None, fixed=False):
+        """Integration points ``(P', d)``, weights ``(P',)`` and the selected indices (or None) of
+        one evaluation; ``fixed``: the rule's fixed stand-in for random nodes, all of them (the
+        sampled models)."""
         layout = self.layout
         points, weights = self._array(layout.points), self._array(layout.weights)
-        draw = self.rule.random if random is None else random
-        subsample = self.integration_batch is not None and random is not False
+        draw = self.rule.random and not fixed
+        subsample = self.integration_batch is not None and not fixed
         ops = backend(points)
         if draw or subsample:
             key_points, key_index = ops.split(self._sites.key(key), 2)
-        if draw:  # one uniform point per cell
-            points = points + ops.uniform(key_points, points.shape, points.dtype, device(points)) * self._array(layout.widths)
-        elif self.rule.random:  # a fixed stand-in: the cells' midpoints
-            points = points + self._array(layout.widths) / 2
+        widths = None if layout.widths is None else self._array(layout.widths)
+        uniform = ops.uniform(key_points, points.shape, points.dtype, device(points)) if draw else None
+        points = self.rule.nodes(points, widths, uniform)
         points, weights = self.window.restrict(points, weights)
         if not subsample:
             return points, weights, None
@@ -222,15 +286,7 @@ class CoxProcess(Documented):
         with sites.bound(self.prior) as (prior,):
             self._check_resolution(prior)
             posterior, _ = prior.sample_global_sites(prior.posterior(), guide=False)
-            if self.rule.binned:
-                if subsample_size is not None:
-                    raise ValueError("the binned form scores whole cells: subsample_size must be None")
-                sites.factor(f"{self.name}.counts", self._binned(posterior, events))
-                return
-            sites.factor(f"{self.name}.integral", -self._integral(posterior))
-            with data_plate(sites, self.name, events.shape[0], self.num_events, subsample_size, events) as select:
-                Xb = select(events)
-                sites.factor(f"{self.name}.log_intensity", posterior.marginals(Xb)[0] + self._offset(Xb))
+            self.form.model(self, posterior, events, subsample_size)
 
     def guide(self, events, subsample_size=None):
         with self._sites.bound(self.prior) as (prior,):
@@ -242,12 +298,7 @@ class CoxProcess(Documented):
         events = self._events(events)
         with self._sites.bound(self.prior) as (prior,):
             posterior = prior.posterior()
-            if self.rule.binned:
-                return self._binned(posterior, events, key) - posterior.kl()
-            scale = data_scale(self.num_events, events.shape[0])
-            log_intensity = posterior.marginals(events)[0] + self._offset(events)
-            xp = namespace(log_intensity)
-            return scale * xp.sum(log_intensity) - self._integral(posterior, key) - posterior.kl()
+            return self.form.data_term(self, posterior, events, key) - posterior.kl()
 
     def _check_resolution(self, prior):
         """Warn (once) when a lengthscale of the prior's kernel falls below the spacing of a fixed
@@ -278,31 +329,17 @@ class CoxProcess(Documented):
         site ``<name>.x`` scores each event by ``log lambda(x_i) - Lambda / n``
         (:class:`CoxEvents`); binned: ``<name>.counts``, a Poisson per cell."""
         events = self._events(events, full=True)
-        points, weights, _ = self._points(random=False)
-        X = self._sampled_inputs(events, points)
-        sites, xp = self._sites, namespace(X)
-        f = self.prior.model(X, sites.plate(f"{self.name}.sites", X.shape[0], like=X))
-        log_lam = f + self._offset(X)
-        if self.rule.binned:
-            with sites.plate(f"{self.name}.cells", len(weights), like=X):
-                return sites.sample(f"{self.name}.counts", self._dist.Poisson(weights * xp.exp(log_lam)),
-                                    obs=self.counts(events))
-        n = events.shape[0]  # log_lam may have batch axes on its left (a batch of draws)
-        log_masses = xp.log(weights) + log_lam[..., n:]
-        with sites.plate(self.name, n, like=X):
-            return sites.sample(f"{self.name}.x", self._cox_events(log_lam[..., :n], xp.sum(xp.exp(log_masses), axis=-1),
-                                                                   points, log_masses), obs=events)
+        points, weights, _ = self._points(fixed=True)
+        X = self.form.sampled_inputs(events, points)
+        f = self.prior.model(X, self._sites.plate(f"{self.name}.sites", X.shape[0], like=X))
+        return self.form.observe(self, events, points, weights, X, f + self._offset(X))
 
     def sampled_guide(self, events):
         """The guide of :meth:`sampled_model`."""
         events = self._events(events, full=True)
-        points, _, _ = self._points(random=False)
-        X = self._sampled_inputs(events, points)
+        points, _, _ = self._points(fixed=True)
+        X = self.form.sampled_inputs(events, points)
         self.prior.guide(X, self._sites.plate(f"{self.name}.sites", X.shape[0], like=X))
-
-    def _sampled_inputs(self, events, points):
-        """Where :meth:`sampled_model` samples ``f``: the cells (binned), else the events then the points."""
-        return points if self.rule.binned else namespace(events, points).concat([events, points])
 
     # ------------------------------------------------------------ prediction
 
@@ -404,7 +441,7 @@ class CoxProcess(Documented):
         num_samples = checks.positive_int(num_samples, "num_samples")
         batch_size = checks.positive_int(batch_size, "batch_size")
         anchors = windows.anchor_points(self.window, checks.positive_int(num_anchors, "num_anchors"))
-        grid = windows.rule_layout(self.window.default_rule(), self.window).points
+        grid = self.window.default_rule().layout(self.window).points
         grid = self._array(np.concatenate([grid[self.window.contains(grid)], anchors]))  # a Polygon's inside only
         mean, var = self._predict.predict_f(self.prior, grid, params=params)
         xp = namespace(mean, var)

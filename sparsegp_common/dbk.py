@@ -305,8 +305,8 @@ class _DeepBasis:
     ``params``, a ``{name: value}`` copy), ``_map_rows(fn, X, batch_size, params, *extra)``
     (``fn(obj, Xb, *extra)`` without gradients at ``params``, over row batches ``Xb`` of ``X``
     concatenated, or at once on all of ``X`` when ``batch_size`` is None; NumPyro compiles it
-    once per function, object and shape), ``_as_array`` (the backend's array conversion) and
-    ``_ppl`` (pyro or numpyro, for ``sample``/``factor``).
+    once per function, object and shape) and ``_as_array`` (the backend's array conversion);
+    the list with a line each is ``sparsegp_common.protocol.HOOKS``.
     """
 
     @property
@@ -399,10 +399,10 @@ class ExactDBK(_DeepBasis):
             Phi, noise = m._features(X), m.noise
             xp = namespace(Phi)
             if self.variance_correction:
-                self._ppl.factor(f"{self.name}.trace", -trace_penalty(_sq_norms(Phi), noise))
+                self._sites.factor(f"{self.name}.trace", -trace_penalty(_sq_norms(Phi), noise))
             mvn = self._dist.LowRankMultivariateNormal(xp.zeros(X.shape[0], dtype=Phi.dtype, device=device(Phi)), Phi,
                                                        xp.broadcast_to(noise, tuple(X.shape[:1])))
-            return self._ppl.sample("y", mvn, obs=y)
+            return self._sites.sample("y", mvn, obs=y)
 
     def guide(self, X, y=None):
         """The empty guide (``w`` is integrated out; everything else is a point estimate)."""
@@ -579,14 +579,14 @@ class SVDBK(_DeepBasis, GPPrior):
         with self._sites.bound(self) as (prior,):
             X = self._checks.inputs(X, "X", self.input_dim)
             posterior = prior.posterior()
-            w = self._ppl.sample(f"{self.name}.w", posterior.prior_u())
+            w = self._sites.sample(f"{self.name}.w", posterior.prior_u())
             with prior._data(X, plate) as Xb:
                 Phi = posterior.features(Xb)
                 f = prior.plus_mean_function(Phi @ w, Xb)
                 if self.variance_correction:
                     xp = namespace(f)
                     c = correction(_sq_norms(Phi))
-                    eps = self._ppl.sample(f"{self.name}.eps", self._dist.Normal(xp.zeros_like(f), 1.0))
+                    eps = self._sites.sample(f"{self.name}.eps", self._dist.Normal(xp.zeros_like(f), 1.0))
                     f = f + xp.sqrt(xp.clip(c, min=xp.finfo(c.dtype).tiny)) * eps  # clamped: finite gradient at c = 0
                 return f
 
@@ -594,12 +594,12 @@ class SVDBK(_DeepBasis, GPPrior):
         """The guide of :meth:`weight_model`: ``<name>.w ~ q(w)`` (and ``<name>.eps ~ N(0, 1)``)."""
         with self._sites.bound(self) as (prior,):
             X = self._checks.inputs(X, "X", self.input_dim)
-            self._ppl.sample(f"{self.name}.w", prior.posterior().q_u())
+            self._sites.sample(f"{self.name}.w", prior.posterior().q_u())
             if self.variance_correction:
                 with prior._data(X, plate) as Xb:
                     xp = namespace(Xb)
                     zeros = xp.zeros(Xb.shape[0], dtype=Xb.dtype, device=device(Xb))
-                    self._ppl.sample(f"{self.name}.eps", self._dist.Normal(zeros, 1.0))
+                    self._sites.sample(f"{self.name}.eps", self._dist.Normal(zeros, 1.0))
 
 
 def _svdbk_sq_norms(prior, X):

@@ -30,8 +30,6 @@ from .ops import backend, device, namespace
 from .priors import GPPrior
 from .svgp import SVGP
 
-PARAMETRIZATIONS = ("direct", "jacobi", "hybrid")
-
 #: Scale of the initial covariance factor ``L = L_INIT * I``: ``L = 0`` is the prior but a
 #: stationary point of the ELBO in ``L`` (its gradient is ``2 (dELBO/dB) L = 0``), so learning would
 #: never start there.
@@ -99,18 +97,11 @@ class DecoupledGP(GPPrior):
         self._follow(Z_alpha)
         self._set_mean_function(mean_function, Z_alpha)
         self._param("a", xp.zeros(batch + (Ma,), dtype=Z_alpha.dtype, device=dev))
-        if self.parametrization == "hybrid":
-            if active_alpha is not None or active_beta is not None:
-                raise ValueError("active_alpha/active_beta (basis growth) need parametrization 'direct' or 'jacobi'")
-            Luu = ops.stop_gradient(cholesky(self.kernel.K(Z_beta), self.jitter))
-            q_mu, q_sqrt = variational.CholeskyGaussian.initial(Mb, batch, Z_alpha, Luu)
-            self._param("q_mu", q_mu)
-            self._param("q_sqrt", q_sqrt, "lower_cholesky")
-        else:
-            L = L_INIT * xp.eye(Mb, dtype=Z_alpha.dtype, device=dev)
-            if self.parametrization == "jacobi":
-                L = ops.stop_gradient(self.kernel.K_diag(Z_beta))[..., None] * L
-            self._param("L", xp.asarray(xp.broadcast_to(L, batch + (Mb, Mb)), copy=True))
+        self.posterior_class = POSTERIORS[self.parametrization]
+        if self.posterior_class.grows is False and (active_alpha is not None or active_beta is not None):
+            raise ValueError("active_alpha/active_beta (basis growth) need parametrization 'direct' or 'jacobi'")
+        for name, value, constraint in self.posterior_class.initial(self.kernel, Z_beta, batch, self.jitter):
+            self._param(name, value, constraint)
         self.growing = active_alpha is not None or active_beta is not None
         if self.growing:
             for key, size, count in (("alpha", Ma, active_alpha), ("beta", Mb, active_beta)):
@@ -122,7 +113,7 @@ class DecoupledGP(GPPrior):
         return self.Z_alpha.shape[-1]
 
     def _posterior(self):
-        return DecoupledPosterior(self)
+        return self.posterior_class(self)
 
     def add_basis(self, X, num_new, params=None):
         """Activate the next ``num_new`` points of both bases at the first ``num_new`` rows of
@@ -170,53 +161,29 @@ def _grow(Z, mask, X):
 
 
 class DecoupledPosterior:
-    """q(f) of a :class:`DecoupledGP` with its parameters read once.
+    """q(f) of a :class:`DecoupledGP` with its parameters read once: the mean basis, shared by
+    the parametrisations; a subclass per parametrisation gives the covariance part (``initial``
+    parameters, ``covariance_kl`` and ``covariance``).
 
-    Attributes ``a`` and ``L`` are the effective coefficients (masks and the Jacobi scaling
-    applied); ``LH`` (direct, Jacobi) or ``Luu`` (hybrid) is factorised on first use.
+    Attribute ``a`` holds the effective mean coefficients (the mask applied).
     """
 
+    grows = True  # whether the bases can be preallocated and grown (add_basis)
+
     def __init__(self, prior):
-        self.kernel, self.num_latent, self.parametrization = prior.kernel, prior.num_latent, prior.parametrization
+        self.kernel, self.num_latent = prior.kernel, prior.num_latent
         self.kl_chunk_size, self.kl_subsample_size, self.jitter = prior.kl_chunk_size, prior.kl_subsample_size, prior.jitter
         self.Z_alpha, self.Z_beta, self.a, self._sites = prior.Z_alpha, prior.Z_beta, prior.a, prior._sites
-        if self.parametrization == "hybrid":
-            self.q_mu, self.q_sqrt = prior.q_mu, prior.q_sqrt
-            return
-        self.L = prior.L
         if prior.growing:  # masked entries get no gradient, so Adam leaves them as they are
-            ops = backend(self.a)
-            mask_a, mask_b = ops.stop_gradient(prior.alpha_mask), ops.stop_gradient(prior.beta_mask)
-            self.a = self.a * mask_a
-            self.L = self.L * mask_b[:, None] * mask_b
-        if self.parametrization == "jacobi":
-            self.a = self.a / self.kernel.K_diag(self.Z_alpha)
-            self.L = self.L / self.kernel.K_diag(self.Z_beta)[..., None]
-
-    @functools.cached_property
-    def LH(self):
-        """Lower Cholesky factor of ``H = I + L^T K_beta L`` (``H >= I``, no jitter needed)."""
-        xp, ops = namespace(self.L), backend(self.L)
-        H = ops.precise_matmul(ops.precise_matmul(self.L.mT, self.kernel.K(self.Z_beta)), self.L)
-        return xp.linalg.cholesky(H + xp.eye(H.shape[-1], dtype=H.dtype, device=device(H)))
-
-    @functools.cached_property
-    def Luu(self):
-        return cholesky(self.kernel.K(self.Z_beta), self.jitter)
+            self.a = self.a * backend(self.a).stop_gradient(prior.alpha_mask)
 
     def kl(self, subsample=True):
         """``KL[q || p]`` summed over latent functions; subsampled as the class docstring says
         (``subsample=False`` forces the exact quadratic form)."""
-        xp = namespace(self.a)
         random = subsample and self.kl_subsample_size is not None and self._sites.draws()
         key = self._sites.key(None) if random else None
         size = self.kl_subsample_size if random else None
-        quad = 0.5 * quadratic_form(self.kernel, self.Z_alpha, self.a, self.kl_chunk_size, size, key)
-        if self.parametrization == "hybrid":
-            Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a[..., None])
-            cross = xp.sum(solve_lower(self.Luu, self.q_mu[..., None]) * solve_lower(self.Luu, Kba_a))
-            return variational.CholeskyGaussian(self.q_mu, self.q_sqrt).kl(self.Luu) + cross + quad
-        return quad + covariance_kl(self.LH)
+        return 0.5 * quadratic_form(self.kernel, self.Z_alpha, self.a, self.kl_chunk_size, size, key) + self.covariance_kl()
 
     def prior_u(self):
         return None
@@ -225,23 +192,103 @@ class DecoupledPosterior:
         return None
 
     def marginals(self, X, full_cov=False):
-        xp = namespace(X, self.a)
         Kff = self.kernel.K(X) if full_cov else self.kernel.K_diag(X)
         mean = self.kernel.K_matvec(X, self.Z_alpha, self.a[..., None])[..., 0]
-        Kbx = self.kernel.K(self.Z_beta, X)
-        if self.parametrization == "hybrid":
-            q = variational.CholeskyGaussian(self.q_mu, self.q_sqrt)
-            base, var = conditional(Kbx, self.Luu, Kff, q, whiten=False, full_cov=full_cov)
-            mean = mean + base
-        else:
-            V = solve_lower(self.LH, self.L.mT @ Kbx)
-            if full_cov:
-                var = Kff - V.mT @ V
-            else:  # 0 <= var <= k(x, x) in exact arithmetic; round-off may cross 0
-                var = xp.clip(Kff - xp.sum(V**2, axis=-2), min=float(xp.finfo(V.dtype).smallest_normal))
+        mean, var = self.covariance(self.kernel.K(self.Z_beta, X), Kff, mean, full_cov)
         if self.num_latent is None:
             return mean, var
         return mean.mT, (var if full_cov else var.mT)
+
+
+class DirectPosterior(DecoupledPosterior):
+    """``"direct"``: ``B = L L^T`` with ``L`` the parameter; ``LH`` is factorised on first use."""
+
+    @staticmethod
+    def initial(kernel, Z_beta, batch, jitter):
+        """``(name, value, constraint)`` of the covariance parameters: ``L = 1e-3 I``."""
+        xp = namespace(Z_beta)
+        L = L_INIT * xp.eye(Z_beta.shape[0], dtype=Z_beta.dtype, device=device(Z_beta))
+        return [("L", xp.asarray(xp.broadcast_to(L, batch + L.shape), copy=True), "real")]
+
+    def __init__(self, prior):
+        super().__init__(prior)
+        self.L = prior.L
+        if prior.growing:
+            mask = backend(self.L).stop_gradient(prior.beta_mask)
+            self.L = self.L * mask[:, None] * mask
+
+    @functools.cached_property
+    def LH(self):
+        """Lower Cholesky factor of ``H = I + L^T K_beta L`` (``H >= I``, no jitter needed)."""
+        xp, ops = namespace(self.L), backend(self.L)
+        H = ops.precise_matmul(ops.precise_matmul(self.L.mT, self.kernel.K(self.Z_beta)), self.L)
+        H = H + xp.eye(H.shape[-1], dtype=H.dtype, device=device(H))
+        return xp.linalg.cholesky(H)
+
+    def covariance_kl(self):
+        return covariance_kl(self.LH)
+
+    def covariance(self, Kbx, Kff, mean, full_cov):
+        """``mean`` and ``Kff - V^T V`` with ``V = LH^{-1} L^T K_beta,x``."""
+        xp = namespace(Kbx)
+        V = solve_lower(self.LH, self.L.mT @ Kbx)
+        if full_cov:
+            return mean, Kff - V.mT @ V
+        # 0 <= var <= k(x, x) in exact arithmetic; round-off may cross 0
+        return mean, xp.clip(Kff - xp.sum(V**2, axis=-2), min=float(xp.finfo(V.dtype).smallest_normal))
+
+
+class JacobiPosterior(DirectPosterior):
+    """``"jacobi"``: the parameters hold the preconditioned ``a0 = diag(K_alpha) a`` and
+    ``L0 = diag(K_beta) L``, so the mean does not rescale with the learned kernel variance."""
+
+    @staticmethod
+    def initial(kernel, Z_beta, batch, jitter):
+        (name, L, constraint), = DirectPosterior.initial(kernel, Z_beta, batch, jitter)
+        return [(name, backend(L).stop_gradient(kernel.K_diag(Z_beta))[..., None] * L, constraint)]
+
+    def __init__(self, prior):
+        super().__init__(prior)
+        self.a = self.a / self.kernel.K_diag(self.Z_alpha)
+        self.L = self.L / self.kernel.K_diag(self.Z_beta)[..., None]
+
+
+class HybridPosterior(DecoupledPosterior):
+    """``"hybrid"`` (Cheng & Boots, Appendix A.3, eq. 11): an unwhitened SVGP ``q_mu``, ``q_sqrt``
+    on ``Z_beta`` plus the residual mean ``K_{x alpha} a``; ``Luu`` is factorised on first use."""
+
+    grows = False
+
+    @staticmethod
+    def initial(kernel, Z_beta, batch, jitter):
+        """At the prior: ``q_mu = 0``, ``q_sqrt = chol(K_beta)``."""
+        Luu = backend(Z_beta).stop_gradient(cholesky(kernel.K(Z_beta), jitter))
+        q_mu, q_sqrt = variational.CholeskyGaussian.initial(Z_beta.shape[0], batch, Z_beta, Luu)
+        return [("q_mu", q_mu, "real"), ("q_sqrt", q_sqrt, "lower_cholesky")]
+
+    def __init__(self, prior):
+        super().__init__(prior)
+        self.q_mu, self.q_sqrt = prior.q_mu, prior.q_sqrt
+
+    @functools.cached_property
+    def Luu(self):
+        return cholesky(self.kernel.K(self.Z_beta), self.jitter)
+
+    def covariance_kl(self):
+        """The SVGP part's KL plus its cross term with the residual mean."""
+        xp = namespace(self.a)
+        Kba_a = self.kernel.K_matvec(self.Z_beta, self.Z_alpha, self.a[..., None])
+        cross = xp.sum(solve_lower(self.Luu, self.q_mu[..., None]) * solve_lower(self.Luu, Kba_a))
+        return variational.CholeskyGaussian(self.q_mu, self.q_sqrt).kl(self.Luu) + cross
+
+    def covariance(self, Kbx, Kff, mean, full_cov):
+        q = variational.CholeskyGaussian(self.q_mu, self.q_sqrt)
+        base, var = conditional(Kbx, self.Luu, Kff, q, whiten=False, full_cov=full_cov)
+        return mean + base, var
+
+
+#: The posterior class of each ``parametrization``.
+POSTERIORS = {"direct": DirectPosterior, "jacobi": JacobiPosterior, "hybrid": HybridPosterior}
 
 
 def covariance_kl(LH):
@@ -280,7 +327,7 @@ def _block(kernel, Z, a, rows, weights):
 
 def _check_options(parametrization, kl_chunk_size, kl_subsample_size, num_alpha):
     """Validate the constructor options; returns them normalised."""
-    one_of(parametrization, "parametrization", PARAMETRIZATIONS)
+    one_of(parametrization, "parametrization", tuple(POSTERIORS))
     kl_chunk_size = positive_int(kl_chunk_size, "kl_chunk_size")
     if kl_subsample_size is not None:
         kl_subsample_size = positive_int(kl_subsample_size, "kl_subsample_size")

@@ -33,11 +33,27 @@ def data_plate(sites, name, size, num_data=None, subsample_size=None, like=None)
     if num_data < size:
         raise ValueError(f"the data have {size} rows, more than num_data={num_data}")
     if num_data == size:
-        subsampled = subsample_size is not None and subsample_size < size
-        with sites.plate(name, size, subsample_size, like) as idx:
-            yield (lambda a: a[idx] if a is not None else a) if subsampled else (lambda a: a)
+        with rows(sites.plate(name, size, subsample_size, like), size) as select:
+            yield select
     elif subsample_size is not None:
         raise ValueError(f"subsample_size needs the full data set, but it has {size} rows and num_data={num_data}")
     else:
         with sites.scale(scale=data_scale(num_data, size)), sites.plate(name, size, like=like):
             yield lambda a: a
+
+
+@contextlib.contextmanager
+def rows(plate, size):
+    """Enter ``plate`` (a data plate, e.g. the user's) and yield ``select(a)`` for arrays of
+    ``size`` rows: the plate's subsample of the full data (``size == plate.size``), or the
+    arrays as they are when they already are the minibatch (``size`` the subsample's size)."""
+    with plate as idx:
+        if size == plate.size and plate.subsample_size < plate.size:
+            yield lambda a: a[idx] if a is not None else a
+        elif size in (plate.size, idx.shape[0]):
+            yield lambda a: a
+        else:
+            raise ValueError(
+                f"X has {size} rows but the plate {plate.name!r} has size {plate.size} "
+                f"and subsample size {idx.shape[0]}: pass either the full inputs or the minibatch"
+            )

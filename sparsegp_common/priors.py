@@ -25,6 +25,7 @@ The user's own likelihood site then scores ``f`` like any other latent variable.
 import contextlib
 
 from .mean_functions import CoupledMean, MeanFunction, MeanShifted, Zero, add_mean
+from .objective import rows
 from .ops import namespace
 
 
@@ -145,16 +146,8 @@ class GPPrior:
                 f"{self.name}.model/guide was called inside `with {plate.name}:`; call it outside "
                 "the data plate and pass the plate object as `plate=` (u is global)"
             )
-        with plate as idx:
-            if X.shape[0] == plate.size:
-                yield X if plate.subsample_size == plate.size else X[idx]
-            elif X.shape[0] == idx.shape[0]:
-                yield X
-            else:
-                raise ValueError(
-                    f"X has {X.shape[0]} rows but the plate {plate.name!r} has size {plate.size} "
-                    f"and subsample size {idx.shape[0]}: pass either the full inputs or the minibatch"
-                )
+        with rows(plate, X.shape[0]) as select:
+            yield select(X)
 
     def model(self, X, plate=None):
         """Prior sites of this component; returns ``f`` at the inputs the plate selects.

@@ -26,7 +26,6 @@ HOOKS = {
     "_expected_likelihood": "distribution class scoring `y` by `E_q[log p(y | f)]` (GPModel's observed site)",
     "_cox_events": "distribution class of a Cox process's events given their log-intensities",
     "_gaussian": "the backend's `Gaussian` likelihood class (the collapsed orthogonal-features bound)",
-    "_ppl": "the PPL module (`pyro`, `numpyro`) for `sample` and `factor` in the deep-basis-kernel models",
     # the deep-basis-kernel models and their networks
     "_map_rows": "method `(fn, X, batch_size, params, *extra)`: `fn` over blocks of rows of `X`, results joined",
     "_network": "`(type, description)` of the networks the models accept (torch.nn.Module, equinox Module)",

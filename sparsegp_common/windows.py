@@ -44,6 +44,28 @@ class Layout(NamedTuple):
     shape: tuple | None = None
 
 
+class Rule:
+    """Base class of integration rules: where the nodes go on a window (:meth:`layout`), the nodes
+    of one evaluation (:meth:`nodes`) and, for rules with fixed nodes, their :meth:`spacing`.
+    ``random`` rules draw fresh nodes at every evaluation (the caller then passes draws)."""
+
+    random = False
+
+    def layout(self, window):
+        raise NotImplementedError
+
+    def nodes(self, points, widths, uniform=None):
+        """This evaluation's nodes from the layout's ``points`` ``(P, d)`` (backend arrays): the
+        points themselves (fixed rules). ``widths``: the cells' sides; ``uniform``: ``(P, d)``
+        draws on ``[0, 1)`` for random rules, None for their fixed stand-in."""
+        return points
+
+    def spacing(self, layout, window):
+        """The spacing ``(d,)`` of fixed nodes (see :func:`node_spacing`), below which a lengthscale
+        lets the intensity hide between them; None where the nodes move or the data are cells."""
+        return node_spacing(layout, window)
+
+
 # ---------------------------------------------------------------- windows
 
 
@@ -76,6 +98,11 @@ class Window:
     def default_rule(self):
         """Gauss-Legendre with 64 nodes in 1-D, 32 per dimension otherwise."""
         return GaussLegendre(64 if self.dim == 1 else 32)
+
+    def own_rule(self):
+        """The integration rule that defines this window (None: the window is a region any rule
+        can cover)."""
+        return None
 
     def restrict(self, points, weights):
         """A rule's nodes ``(P, d)`` and weights ``(P,)`` (the backend's arrays) for this window:
@@ -110,7 +137,7 @@ class Interval(Rectangle):
         super().__init__([[low, high]])
 
 
-class UserRule(Window):
+class UserRule(Window, Rule):
     """A window given by an integration rule: ``int_W g ~= sum_j weights_j g(points_j)``.
 
     Args:
@@ -119,9 +146,6 @@ class UserRule(Window):
         contains: optional ``contains(X) -> (N,) bool`` for NumPy ``X``: used to check the events
             and to simulate; by default the bounding box of ``points``.
     """
-
-    random = False  # it is also its own (fixed) integration rule
-    binned = False
 
     def __init__(self, points, weights, contains=None):
         points = np.array(points, dtype=np.float64, ndmin=2)
@@ -145,6 +169,11 @@ class UserRule(Window):
 
     def default_rule(self):
         return self
+
+    own_rule = default_rule
+
+    def layout(self, window):
+        return Layout(self.points, self.weights)
 
 
 class Polygon(Window):
@@ -216,16 +245,6 @@ def as_window(window):
 # ---------------------------------------------------------------- rules
 
 
-class Rule:
-    """Base class of integration rules; ``random`` rules draw fresh points at every evaluation."""
-
-    random = False
-    binned = False
-
-    def layout(self, window):
-        raise NotImplementedError
-
-
 def _per_dim(num_points, dim, name):
     counts = (num_points,) * dim if np.isscalar(num_points) else tuple(num_points)
     if len(counts) != dim:
@@ -273,10 +292,8 @@ class _Cells(Rule):
         widths = (bounds[:, 1] - bounds[:, 0]) / np.array(shape)
         index = np.stack([g.ravel() for g in np.meshgrid(*[np.arange(n) for n in shape], indexing="ij")], axis=-1)
         corners = bounds[:, 0] + index * widths
-        points = corners + widths / 2 if self.binned else corners
         strides = np.array([math.prod(shape[k + 1:]) for k in range(len(shape))], dtype=np.int64)
-        weights = np.full(len(points), float(np.prod(widths)))
-        return Layout(points, weights, widths, bounds[:, 0].copy(), strides, shape)
+        return Layout(corners, np.full(len(corners), float(np.prod(widths))), widths, bounds[:, 0].copy(), strides, shape)
 
 
 class StratifiedMC(_Cells):
@@ -289,6 +306,14 @@ class StratifiedMC(_Cells):
 
     random = True
 
+    def nodes(self, points, widths, uniform=None):
+        """One uniform point per cell (``points`` are the cells' lower corners), or the cells'
+        midpoints without draws."""
+        return points + (widths / 2 if uniform is None else uniform * widths)
+
+    def spacing(self, layout, window):
+        return None
+
 
 class Binned(_Cells):
     """Binned counts: a Poisson per cell of an equal grid, ``count ~ Poisson(|cell| lambda(centre))``.
@@ -297,36 +322,31 @@ class Binned(_Cells):
         num_points: cells per dimension (an int, or one per dimension).
     """
 
-    binned = True
-
     def layout(self, window):
+        """The cells' centres (one node each) and areas."""
         if isinstance(window, Polygon):
             raise TypeError("Binned counts need a Rectangle window: a cell cut by a Polygon's border has no single "
                             "area; use StratifiedMC (the default) or a raster's PixelRule")
-        return super().layout(window)
+        layout = super().layout(window)
+        return layout._replace(points=layout.points + layout.widths / 2)
+
+    def spacing(self, layout, window):
+        return None
 
 
 def as_rule(integration, window):
     """The rule to use: ``integration``, or by default a randomised one (:class:`StratifiedMC`
     with 64 cells in 1-D, 32 per dimension otherwise; a :class:`UserRule` window is its own):
     fresh nodes at every step leave the optimiser no gap between fixed nodes to hide intensity in."""
+    own = window.own_rule()
     if integration is None:
-        if isinstance(window, UserRule):
-            return window
-        return StratifiedMC(64 if window.dim == 1 else 32)
-    if isinstance(window, UserRule) and integration is not window:
+        return own if own is not None else StratifiedMC(64 if window.dim == 1 else 32)
+    if own is not None and integration is not own:
         raise ValueError("a UserRule window is its own integration rule: pass integration=None")
-    if not isinstance(integration, (Rule, UserRule)):
+    if not isinstance(integration, Rule):
         raise TypeError(f"integration must be an integration rule (GaussLegendre, StratifiedMC, Binned), "
                         f"got {type(integration).__name__}")
     return integration
-
-
-def rule_layout(rule, window):
-    """:class:`Layout` of ``rule`` on ``window`` (a :class:`UserRule` lays out its own points)."""
-    if isinstance(rule, UserRule):
-        return Layout(rule.points, rule.weights)
-    return rule.layout(window)
 
 
 def node_spacing(layout, window):
