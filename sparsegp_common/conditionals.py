@@ -14,7 +14,8 @@ whitening is the identity. The strategies say which ``B``: :class:`Whitened` and
 from .linalg import solve_lower
 from .ops import namespace
 
-__all__ = ["Unwhitened", "Whitened", "add_prior", "conditional", "prior_covariance", "strategy", "update"]  # what the backends re-export
+__all__ = ["Unwhitened", "WeightSpace", "Whitened", "add_prior", "conditional", "prior_covariance", "strategy",
+           "update"]  # what the backends re-export
 
 
 def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False, cross=None):
@@ -132,6 +133,23 @@ class Unwhitened(Whitened):
 
     def prior_factor(self, Luu):
         return Luu
+
+
+class WeightSpace(Whitened):
+    """``f = Phi w`` with q over the weights ``w`` and prior ``N(0, I)``: the features are the basis
+    (``Kuf = Phi^T``, ``Kuu = I``). The prior covariance the basis explains, ``Phi Phi^T``, is not
+    added and subtracted (for a finite-rank kernel ``k(x, x) - |A|^2`` would cancel exactly,
+    leaving round-off): the change is ``B^T S B`` alone, and what is added is the prior's residual,
+    ``k - Phi Phi^T`` (zero, or a method's correction)."""
+
+    def update(self, Kuf, Luu, q, full_cov=False, cross=None):
+        if Luu is not None:
+            raise ValueError("weight-space features have Kuu = I: pass Luu=None")
+        xp = namespace(Kuf)
+        mean = (q.q_mu[..., None, :] @ Kuf)[..., 0, :]
+        SB = q.scale_project(Kuf)
+        change = SB.mT @ SB if full_cov else xp.sum(SB**2, axis=-2)
+        return (mean, change) if cross is None else (mean, change, Kuf.mT @ cross)
 
 
 def strategy(whiten):

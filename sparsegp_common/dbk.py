@@ -50,6 +50,7 @@ import numpy as np
 
 from . import variational
 from .checks import positive_int, probabilities
+from .conditionals import WeightSpace, add_prior
 from .linalg import cholesky, solve_lower
 from .ops import backend, device, namespace
 from .prediction import Prediction
@@ -660,15 +661,8 @@ class SVDBKPosterior:
     def marginals(self, X, full_cov=False):
         Phi = self.features(X)
         xp = namespace(Phi)
-        mean = Phi @ self.q_mu
-        # Not conditional(): its k(x, x) - |A|^2 would cancel exactly for this finite-rank kernel
-        # (Kuu = I, Kuf = Phi^T), leaving round-off; |q_sqrt^T phi|^2 is the same quantity, directly.
-        PL = self.q.scale_project(Phi.mT).mT
-        c = correction(_sq_norms(Phi), self.max_sq_norm) if self.variance_correction else None
-        if full_cov:
-            cov = PL @ PL.mT
-            if c is None:
-                return mean, cov
-            return mean, cov + c[:, None] * xp.eye(c.shape[0], dtype=c.dtype, device=device(c))
-        var = xp.sum(PL**2, axis=-1) + (0.0 if c is None else c)
-        return mean, xp.clip(var, min=xp.finfo(var.dtype).tiny)
+        mean, change = WeightSpace().update(Phi.mT, None, self.q, full_cov)
+        # the prior's residual k - Phi Phi^T: the correction c(x) on the diagonal, or nothing
+        c = correction(_sq_norms(Phi), self.max_sq_norm) if self.variance_correction else xp.zeros_like(mean)
+        residual = c[:, None] * xp.eye(c.shape[0], dtype=c.dtype, device=device(c)) if full_cov else c
+        return mean, add_prior(residual, change, full_cov)

@@ -24,7 +24,7 @@ import numbers
 
 from . import variational
 from .checks import one_of, positive_int
-from .conditionals import conditional
+from .conditionals import add_prior, conditional
 from .linalg import cholesky, solve_lower
 from .ops import backend, device, namespace
 from .priors import GPPrior
@@ -230,12 +230,9 @@ class DirectPosterior(DecoupledPosterior):
 
     def covariance(self, Kbx, Kff, mean, full_cov):
         """``mean`` and ``Kff - V^T V`` with ``V = LH^{-1} L^T K_beta,x``."""
-        xp = namespace(Kbx)
         V = solve_lower(self.LH, self.L.mT @ Kbx)
-        if full_cov:
-            return mean, Kff - V.mT @ V
-        # 0 <= var <= k(x, x) in exact arithmetic; round-off may cross 0
-        return mean, xp.clip(Kff - xp.sum(V**2, axis=-2), min=float(xp.finfo(V.dtype).smallest_normal))
+        change = -(V.mT @ V) if full_cov else -namespace(V).sum(V**2, axis=-2)
+        return mean, add_prior(Kff, change, full_cov)
 
 
 class JacobiPosterior(DirectPosterior):

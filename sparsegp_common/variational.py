@@ -6,6 +6,8 @@ independent latent functions. Each family answers what the strategies and object
 q(u), so a new family (block-diagonal, natural parameters) is a new class, not a new shape test:
 
 * ``scale_project(B)``: ``q_sqrt^T B`` for ``B`` of shape ``batch_shape + (M, N)``;
+* ``covariance_change(P1, P2)``: ``P1 (S - I) P2^T`` for ``P1``, ``P2`` ``(T, M)`` (what q changes
+  in the prior's ``I``);
 * ``kl(Luu=None)``: ``KL[q || N(0, Luu Luu^T)]`` summed over the batch (``Luu=None``: ``N(0, I)``);
 * ``distribution(dist)``: q(u) as a distribution of the PPL's ``dist`` module;
 * ``initial(...)`` (class method): parameters at the prior, and ``q_sqrt_constraint``.
@@ -44,6 +46,9 @@ class CholeskyGaussian:
     def scale_project(self, B):
         return self.q_sqrt.mT @ B
 
+    def covariance_change(self, P1, P2):
+        return (P1 @ self.q_sqrt) @ (P2 @ self.q_sqrt).mT - P1 @ P2.mT
+
     def kl(self, Luu=None):
         return _gaussian_kl(self, Luu)
 
@@ -74,6 +79,9 @@ class DiagonalGaussian(CholeskyGaussian):
 
     def scale_project(self, B):
         return self.q_sqrt[..., None] * B
+
+    def covariance_change(self, P1, P2):
+        return (P1 * (self.q_sqrt**2 - 1)) @ P2.mT  # S - I first: no cancellation near the prior
 
     def distribution(self, dist):
         return dist.Normal(self.q_mu, self.q_sqrt).to_event(self.q_sqrt.ndim)

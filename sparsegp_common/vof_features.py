@@ -293,7 +293,7 @@ def _kuf_spectral(features, kernel, X):
     return (A @ Phi).mT
 
 
-def collapsed_moments(terms1, terms2, q_mu, q_sqrt, Kff):
+def collapsed_moments(terms1, terms2, q, Kff):
     """Unbiased estimates of the Gaussian ELBO's ``mu_n``, ``mu_n^2``, ``sigma_n^2`` from two
     independent sets, packed as ``(mean, var)`` with ``mean = (mu1 + mu2) / 2`` and
     ``var = sigma^2 + mu1 mu2 - mean^2``: then ``(y - mean)^2 + var`` is unbiased for
@@ -302,15 +302,13 @@ def collapsed_moments(terms1, terms2, q_mu, q_sqrt, Kff):
 
     Args:
         terms1, terms2: ``(A (N, T), Phi (T, M))`` of each set (:func:`spectral_terms`).
-        q_mu: ``(M,)``; q_sqrt: ``(M, M)`` lower factor or ``(M,)`` diagonal; Kff: ``(N,)``.
+        q: ``q(u)``, a family of :mod:`~sparsegp_common.variational` with ``q_mu`` ``(M,)``;
+            Kff: ``(N,)``.
     """
     (A1, P1), (A2, P2) = terms1, terms2
-    xp = namespace(A1, q_mu)
-    mu1, mu2 = A1 @ (P1 @ q_mu), A2 @ (P2 @ q_mu)
-    if tuple(q_sqrt.shape) == tuple(q_mu.shape):
-        G = (P1 * (q_sqrt**2 - 1)) @ P2.mT
-    else:
-        G = (P1 @ q_sqrt) @ (P2 @ q_sqrt).mT - P1 @ P2.mT
+    xp = namespace(A1, q.q_mu)
+    mu1, mu2 = A1 @ (P1 @ q.q_mu), A2 @ (P2 @ q.q_mu)
+    G = q.covariance_change(P1, P2)
     mean = 0.5 * (mu1 + mu2)
     return mean, Kff + xp.sum((A1 @ G) * A2, axis=-1) + mu1 * mu2 - mean**2
 
@@ -337,7 +335,10 @@ def estimated_moments(prior, X, u=None, key=None):
     if isinstance(features, SpectralFeatures):
         keys = backend(X).split(features._sites.key(key), 2)
         sets = [spectral_terms(features, kernel, *features.frequencies(k, X.dtype, device(X)), X) for k in keys]
-        moments = collapsed_moments(*sets, prior.q_mu, prior.q_sqrt, Kff) if u is None else sampled_moments(*sets, u, Kff)
+        if u is None:
+            moments = collapsed_moments(*sets, prior.family(prior.q_mu, prior.q_sqrt), Kff)
+        else:
+            moments = sampled_moments(*sets, u, Kff)
     else:
         K = Kuf(features, kernel, X)
         xp = namespace(K)

@@ -436,7 +436,7 @@ def test_sign_flip_invariance(backend, rng):
             flipped = [(backend.array(A), backend.array(P * kuf_signs)) for A, P in sets]
             backend.set(gp, q_mu=signs * q_mu, q_sqrt=q_sqrt if diagonal else signs[:, None] * q_sqrt * signs)
             mean, var, kl = evaluate(backend, gp, lambda g: (
-                *V.collapsed_moments(*flipped, g.q_mu, g.q_sqrt, g.kernel.K_diag(backend.array(MC_X))), g.posterior().kl()))
+                *V.collapsed_moments(*flipped, g.family(g.q_mu, g.q_sqrt), g.kernel.K_diag(backend.array(MC_X))), g.posterior().kl()))
             return backend.expected_log_prob(lik, y, mean, var).sum() - float(kl)
 
         original = elbo(np.ones(21), np.ones(21))
@@ -632,7 +632,7 @@ def test_pyro_numpyro_parity():
                 sets = [V.spectral_terms(g.features, g.kernel, backend.array(o), backend.array(w), Xb)
                         for o, w in zip(omega, weights)]
                 Kff = g.kernel.K_diag(Xb)
-                return (*V.collapsed_moments(*sets, g.q_mu, g.q_sqrt, Kff), *V.sampled_moments(*sets, backend.array(u), Kff))
+                return (*V.collapsed_moments(*sets, g.family(g.q_mu, g.q_sqrt), Kff), *V.sampled_moments(*sets, backend.array(u), Kff))
 
             out[label + " moments"] = np.stack(evaluate(backend, gp, moments))
         results.append(out)
