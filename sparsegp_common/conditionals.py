@@ -50,8 +50,11 @@ def update(Kuf, Luu, q, *, whiten=True, full_cov=False, cross=None):
     A = Kuf if Luu is None else solve_lower(Luu, Kuf)
     B = A if (whiten or Luu is None) else solve_lower(Luu, A, transpose=True)
     mean = (q.q_mu[..., None, :] @ B)[..., 0, :]
-    SB = q.scale_project(B)
-    change = SB.mT @ SB - A.mT @ A if full_cov else xp.sum(SB**2, axis=-2) - xp.sum(A**2, axis=-2)
+    SB = q.scale_project(B)  # None: q without covariance (a point mass)
+    if full_cov:
+        change = -(A.mT @ A) if SB is None else SB.mT @ SB - A.mT @ A
+    else:
+        change = -xp.sum(A**2, axis=-2) if SB is None else xp.sum(SB**2, axis=-2) - xp.sum(A**2, axis=-2)
     return (mean, change) if cross is None else (mean, change, B.mT @ cross)
 
 

@@ -27,7 +27,9 @@ import numpy as np
 from . import windows
 from .adapt import Documented
 from .dispatch import Dispatcher
-from .linalg import cholesky, solve_lower
+from .conditionals import conditional
+from .linalg import cholesky
+from .variational import PointMass
 from .objective import data_plate, data_scale
 from .ops import backend, device, namespace
 from .prediction import Prediction
@@ -526,15 +528,14 @@ class AnchoredDraws:
             return self.host(mean + (L @ self._normal(rng, size, L)[:, None])[:, 0])[:C]
         L_R = self.anchor_factor()
         xp, R = namespace(L_R), L_R.shape[0]
-        eps_R = self._normal(rng, R, L_R)[None, :]
+        eps_R = self._normal(rng, R, L_R)
         parts, residual, total = [], 0.0, 0.0
         for start in range(0, C, B):
             n = min(B, C - start)
             mean, cov = self.moments(np.concatenate([self.anchors, padded(X[start : start + n], B)]))
-            V = solve_lower(L_R, cov[:R, R:])  # (R, B)
             marginal = xp.linalg.diagonal(cov)[R:]
-            var = xp.clip(marginal - xp.sum(V**2, axis=0), min=0.0)
-            g = mean[R:] + (eps_R @ V)[0] + xp.sqrt(var) * self._normal(rng, B, L_R)
+            shift, var = conditional(cov[:R, R:], L_R, marginal, PointMass(eps_R))  # given the anchors
+            g = mean[R:] + shift + xp.sqrt(var) * self._normal(rng, B, L_R)
             parts.append(self.host(g)[:n])  # sliced on the host: a new shape would compile in NumPyro
             residual, total = residual + self.host(var)[:n].sum(), total + self.host(marginal)[:n].sum()
         self.unexplained.append(float(residual / max(total, np.finfo(np.float64).tiny)))

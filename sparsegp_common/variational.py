@@ -17,7 +17,7 @@ import array_api_compat
 from .linalg import solve_lower
 from .ops import device, namespace
 
-__all__ = ["CholeskyGaussian", "DiagonalGaussian", "family", "prior_distribution"]  # what the backends re-export
+__all__ = ["CholeskyGaussian", "DiagonalGaussian", "PointMass", "family", "prior_distribution"]  # what the backends re-export
 
 
 class CholeskyGaussian:
@@ -85,6 +85,17 @@ class DiagonalGaussian(CholeskyGaussian):
 
     def distribution(self, dist):
         return dist.Normal(self.q_mu, self.q_sqrt).to_event(self.q_sqrt.ndim)
+
+
+class PointMass(CholeskyGaussian):
+    """``q(u) = delta(u - q_mu)``: ``u`` known (a draw, or values conditioned on). It has no
+    covariance: ``scale_project`` is None, so a conditional's change is ``-A^T A`` alone."""
+
+    def __init__(self, q_mu):
+        super().__init__(q_mu, None)
+
+    def scale_project(self, B):
+        return None
 
 
 def family(diagonal):

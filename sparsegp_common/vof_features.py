@@ -30,11 +30,13 @@ import numpy as np
 
 from . import ops
 from . import vof as common
+from .conditionals import conditional
 from .features import Features, Kuf, Kuu
 from .kernels import Kernel, SquaredExponential
 from .objective import data_scale
 from .ops import backend, device, namespace
 from .svgp import SVGP
+from .variational import PointMass
 
 
 def _lengthscale(kernel, D):
@@ -341,10 +343,9 @@ def estimated_moments(prior, X, u=None, key=None):
             moments = sampled_moments(*sets, u, Kff)
     else:
         K = Kuf(features, kernel, X)
-        xp = namespace(K)
-        # Kff - |Kuf|^2 >= 0 for orthonormal features; floored at Kff's round-off, where it is
-        # negative by round-off (the quadrature's sqrt then has a finite derivative)
-        moments = u @ K, xp.maximum(Kff - xp.sum(K**2, axis=0), xp.finfo(K.dtype).eps * Kff)
+        mean, var = conditional(K, None, Kff, PointMass(u))  # f given u: Kff - |Kuf|^2 >= 0 (Kuu = I)
+        # floored at Kff's round-off, not at 0: the quadrature's sqrt then has a finite derivative
+        moments = mean, namespace(var).maximum(var, namespace(K).finfo(K.dtype).eps * Kff)
     # the mean function shifts the estimate of E[f]; the second moment's estimate stays unbiased
     return prior.plus_mean_function(moments[0], X), moments[1]
 
