@@ -12,7 +12,7 @@ log-likelihood of the test pattern under ``q`` with the intensity scaled by 0.2 
 density), evaluated for every method with the same fine Gauss-Legendre rule (256 nodes in 1-D,
 64 x 64 in 2-D). ``simulated``: events from ``lambda(x) = exp(1 + 1.2 sin(x / 1.6))`` on [0, 10];
 the recovery error is ``int |E_q lambda - lambda| / int lambda``. ``covariates``: the simulated
-pattern of ``sparsegp_common.datasets.simulate_covariate_pattern`` (two covariate images, a GP term
+pattern of ``sparsegp_common.data.datasets.simulate_covariate_pattern`` (two covariate images, a GP term
 of variance 0.1 and lengthscale 0.25, about 1,100 events, split 80/20 the same way), fitted with a
 ``Covariates`` mean (prior N(0, 10^2) on the coefficients; lr decayed 20-fold over the run) by the
 default randomised rule, a fixed
@@ -58,7 +58,7 @@ def tables(rows):
 
 
 def methods(dim, quick):
-    from sparsegp_common import windows
+    from sparsegp_common.objectives import windows
 
     n = 64 if dim == 1 else 32
     grids = (16, 64, 256) if dim == 1 else (8, 16, 32)
@@ -107,8 +107,8 @@ def fit_covariates(pattern, events, rule, steps):
 
 
 def covariate_rows(steps):
-    from sparsegp_common import windows
-    from sparsegp_common.datasets import simulate_covariate_pattern
+    from sparsegp_common.data.datasets import simulate_covariate_pattern
+    from sparsegp_common.objectives import windows
 
     pattern = simulate_covariate_pattern()
     keep = np.random.default_rng(0).uniform(size=len(pattern.events)) < 0.8
@@ -131,7 +131,7 @@ def heldout(model, result, test, window, log_scale):
     """Expected test log-likelihood per event with the intensity scaled by ``exp(log_scale)``."""
     import torch
 
-    from sparsegp_common import windows
+    from sparsegp_common.objectives import windows
 
     rule = windows.GaussLegendre(256 if len(window) == 1 else 64).layout(windows.Rectangle(window))
     at = lambda X: model.prior.predict_f(torch.as_tensor(X), params=result.params)
@@ -145,7 +145,7 @@ def heldout(model, result, test, window, log_scale):
 def recovery_error(model, result):
     import torch
 
-    from sparsegp_common import windows
+    from sparsegp_common.objectives import windows
 
     rule = windows.GaussLegendre(256).layout(windows.Interval(0.0, 10.0))
     mean = model.intensity(torch.as_tensor(rule.points), quantiles=None, params=result.params).mean.numpy()
@@ -154,7 +154,7 @@ def recovery_error(model, result):
 
 
 def run(quick):
-    from sparsegp_common.datasets import load_point_pattern
+    from sparsegp_common.data.datasets import load_point_pattern
 
     steps = 60 if harness.tiny() else (400 if quick else 2000)
     rows = []
@@ -201,7 +201,7 @@ def simulate_problem(size=1.0, seed=0):
     + g`` with ``g`` a squared-exponential GP draw (variance 0.1, lengthscale 1; 300 random Fourier
     features), simulated by thinning: about ``2,000 size^2`` events. Returns ``(raster, events
     (n, 2), window (2, 2))``."""
-    from sparsegp_common.raster import Raster
+    from sparsegp_common.data.raster import Raster
 
     rng = np.random.default_rng(seed)
     window = np.array([[0.0, 10.0 * size], [0.0, 5.0 * size]])
@@ -250,7 +250,7 @@ def simulate_cost(backend, size=1.0, steps=300, patterns=3, simulate_kwargs=None
     Matern-5/2, 12 x 6 inducing inputs; default randomised rule) fitted by ``fit`` (``steps`` Adam
     steps, lr 0.05, float64), then ``patterns`` calls of ``simulate(num_samples=1, seed=i)``
     (with ``simulate_kwargs``), each timed; the first includes NumPyro's compilation."""
-    from sparsegp_common import windows
+    from sparsegp_common.objectives import windows
 
     raster, events, window = simulate_problem(size)
     if backend == "pyro":

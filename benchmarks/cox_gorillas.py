@@ -1,6 +1,6 @@
 """The ``cox`` suite's real pattern: spatstat's ``gorillas`` (647 nest sites in a polygonal
 window of 19.9 km^2, Kagwene Gorilla Sanctuary, Cameroon) with its covariate images on a 30.7 m
-grid (read from ``$SPARSEGP_DATA/gorillas/gorillas.npz``; see ``sparsegp_common.spatstat`` to
+grid (read from ``$SPARSEGP_DATA/gorillas/gorillas.npz``; see ``sparsegp_common.data.spatstat`` to
 convert the GPL package's ``.rda``; the rows are skipped without it). The images are padded by
 one edge pixel: a vertex of the window lies 7 m beyond them.
 
@@ -45,9 +45,9 @@ def _fill_nearest(images):
 
 def load():
     """``(events, window vertices, Raster, pixel centres inside, pixel area)`` in km, or None."""
-    from sparsegp_common import windows
-    from sparsegp_common.raster import Raster
-    from sparsegp_common.spatstat import load_image_pattern
+    from sparsegp_common.data.raster import Raster
+    from sparsegp_common.data.spatstat import load_image_pattern
+    from sparsegp_common.objectives import windows
 
     if not (harness.data_dir() / "gorillas" / "gorillas.npz").is_file():
         return None

@@ -82,7 +82,7 @@ def _scaling(opts):
     import torch
 
     from pyro_sparsegp.dbk import MLP, ExactDBK
-    from sparsegp_common.dbk import step_data
+    from sparsegp_common.priors.dbk import step_data
 
     malloc = "freed memory retained" if all(os.environ.get(k) == v for k, v in harness.RETAIN_FREED_MEMORY.items()) else "default"
     steps, sizes = {}, opts["sizes"]
@@ -151,7 +151,7 @@ def split(name, seed, rows=None):
     """The paper's protocol on all rows of UCI set ``name``: random 70/10/20 split, inputs onto
     [-1, 1], targets standardised (training statistics). Returns dict of float64 arrays and whether
     the data are a synthetic stand-in."""
-    from sparsegp_common.datasets import MinMaxScaler, Standardizer, load_uci
+    from sparsegp_common.data.datasets import MinMaxScaler, Standardizer, load_uci
 
     if (harness.data_dir() / f"uci_{name}").is_dir():
         part = load_uci(name, split=0, data_dir=harness.data_dir())

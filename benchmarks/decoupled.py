@@ -282,7 +282,7 @@ def accuracy_rows(opts, lr):
 def sarcos_split(seed=0):
     """SARCOS test file split 90/10 at random; inputs and each output standardised with the
     training statistics. Returns ``(X_train, Y_train, X_test, Y_test)``, or None without data."""
-    from sparsegp_common.datasets import Standardizer, load_sarcos
+    from sparsegp_common.data.datasets import Standardizer, load_sarcos
 
     try:
         X, Y = load_sarcos(harness.data_dir())

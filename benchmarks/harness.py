@@ -122,7 +122,7 @@ def minibatches(num_rows, batch_size, seed=0):
     """An endless stream of row-index arrays ``(batch_size,)``: the batches that
     ``fit(batch_size=batch_size, seed=seed)`` draws, step after step (rows of one permutation per
     epoch), so every implementation timed with the same seed sees the same batches as ours."""
-    from sparsegp_common.training import Plan
+    from sparsegp_common.inference.training import Plan
 
     plan = Plan(num_rows, batch_size, 0, seed)
     step = 0
@@ -199,10 +199,10 @@ def load_uci(name, split=0):
     directory is absent.
 
     Returns:
-        ``(split, synthetic)``: a ``sparsegp_common.datasets.Split`` (NumPy float64
+        ``(split, synthetic)``: a ``sparsegp_common.data.datasets.Split`` (NumPy float64
         ``X_train (N, D)``, ``y_train (N,)``, ``X_test``, ``y_test``) and whether it is synthetic.
     """
-    from sparsegp_common import datasets
+    from sparsegp_common.data import datasets
 
     if (data_dir() / f"uci_{name}").is_dir():
         return datasets.load_uci(name, split=split, data_dir=data_dir()), False
@@ -217,7 +217,7 @@ def regression_problem(name, split=0):
         ``y_test (T,)`` (original units), ``y_scaler`` (the targets' ``Standardizer``, to map
         predictions back) and ``synthetic`` (see :func:`load_uci`).
     """
-    from sparsegp_common.datasets import Standardizer
+    from sparsegp_common.data.datasets import Standardizer
 
     data, synthetic = load_uci(name, split)
     x_scaler, y_scaler = Standardizer.fit(data.X_train), Standardizer.fit(data.y_train)
@@ -240,7 +240,7 @@ def inducing_inputs(X, num_inducing, seed=0):
 
 def synthetic_uci(name, seed=0):
     """A smooth regression problem with the shape of UCI set ``name`` (90% train / 10% test)."""
-    from sparsegp_common import datasets
+    from sparsegp_common.data import datasets
 
     n, D = UCI_SHAPES[name]
     rng = np.random.default_rng(seed)

@@ -48,7 +48,7 @@ def settings(quick):
 
 def flights_2d(num_rows, seed=0):
     """``(X (n, 2), y (n,), synthetic)``: hour of day and day of year against delay (minutes)."""
-    from sparsegp_common import datasets
+    from sparsegp_common.data import datasets
 
     if (harness.data_dir() / "flights_3m").is_dir():
         X, y = datasets.load_flights(num_rows=num_rows, seed=seed, data_dir=harness.data_dir())
@@ -60,7 +60,7 @@ def flights_2d(num_rows, seed=0):
 
 
 def standardised_split(X, y, seed=0, test_fraction=0.1):
-    from sparsegp_common.datasets import Standardizer
+    from sparsegp_common.data.datasets import Standardizer
 
     test = np.random.default_rng(seed).random(len(X)) < test_fraction
     xs, ys = Standardizer.fit(X[~test]), Standardizer.fit(y[~test])

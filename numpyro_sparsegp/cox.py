@@ -1,12 +1,12 @@
-"""Log-Gaussian Cox processes (the formulas are :mod:`sparsegp_common.cox`), for NumPyro; random
+"""Log-Gaussian Cox processes (the formulas are :mod:`sparsegp_common.objectives.cox`), for NumPyro; random
 integration points draw from ``key``, by default ``numpyro.prng_key()``; :meth:`simulate`'s
 moments of ``f`` run in ``predict_f``'s compiled programs (batches padded to one shape)."""
 import numpyro.distributions
 from numpyro.distributions import Distribution, constraints
 
-from sparsegp_common import cox as core
-from sparsegp_common.raster import PixelRule
-from sparsegp_common.windows import Binned, GaussLegendre, Interval, Polygon, Rectangle, StratifiedMC, UserRule
+from sparsegp_common.data.raster import PixelRule
+from sparsegp_common.objectives import cox as core
+from sparsegp_common.objectives.windows import Binned, GaussLegendre, Interval, Polygon, Rectangle, StratifiedMC, UserRule
 
 from . import checks, predict, sites
 

@@ -1,3 +1,3 @@
-"""Dataset loaders and standardisation helpers (:mod:`sparsegp_common.datasets`): NumPy float64
+"""Dataset loaders and standardisation helpers (:mod:`sparsegp_common.data.datasets`): NumPy float64
 arrays (int64 class labels), to turn into JAX arrays (``jnp.asarray``) at the dtype you train in."""
-from sparsegp_common.datasets import *  # noqa: F403  (its __all__)
+from sparsegp_common.data.datasets import *  # noqa: F403  (its __all__)

@@ -1,4 +1,4 @@
-"""Deep basis kernels for NumPyro (written once in :mod:`sparsegp_common.dbk`): the networks as
+"""Deep basis kernels for NumPyro (written once in :mod:`sparsegp_common.priors.dbk`): the networks as
 equinox modules, whose weights are the parameters ``<name>.net.<path>`` when the component is
 bound (``gp.net.hidden.0.weight``: the names and shapes of the Pyro backend); calibration and
 prediction compile once per shape.
@@ -10,8 +10,8 @@ import jax
 import numpyro
 from numpyro import handlers
 
-from sparsegp_common import dbk as common
-from sparsegp_common.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
+from sparsegp_common.priors import dbk as common
+from sparsegp_common.priors.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
 from . import checks, predict
 from .params import Parameterized, _join, adapt
@@ -72,7 +72,7 @@ def _rows(Xb, batch, values, fn, obj, *extra):
 
 
 class _DeepBasis(common._DeepBasis, Parameterized):
-    """The NumPyro hooks of :class:`sparsegp_common.dbk._DeepBasis`."""
+    """The NumPyro hooks of :class:`sparsegp_common.priors.dbk._DeepBasis`."""
 
     _network = (eqx.Module, "an equinox Module")
     _as_array = staticmethod(checks.as_array)

@@ -1,6 +1,6 @@
-"""Decoupled mean and covariance bases (see :mod:`sparsegp_common.decoupled`), for NumPyro."""
-from sparsegp_common import decoupled as core
-from sparsegp_common.decoupled import DecoupledPosterior
+"""Decoupled mean and covariance bases (see :mod:`sparsegp_common.priors.decoupled`), for NumPyro."""
+from sparsegp_common.priors import decoupled as core
+from sparsegp_common.priors.decoupled import DecoupledPosterior
 
 from .params import adapt
 from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)

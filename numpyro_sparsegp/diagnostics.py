@@ -1,4 +1,4 @@
-"""ArviZ export (``to_inference_data``, written once in :mod:`sparsegp_common.diagnostics`); NumPyro
+"""ArviZ export (``to_inference_data``, written once in :mod:`sparsegp_common.inference.diagnostics`); NumPyro
 draws with its vectorised ``Predictive`` and ``log_likelihood``, one batch of a subsampling plate's
 rows at a time (the plate's indices substituted)."""
 import jax
@@ -8,8 +8,8 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.infer import Predictive, log_likelihood
 
-from sparsegp_common.diagnostics import Draws, full_data_draws, make_to_inference_data, plate_axis, site_dims, subsampling_plate
-from sparsegp_common.nystrom import trace_floor
+from sparsegp_common.features.nystrom import trace_floor
+from sparsegp_common.inference.diagnostics import Draws, full_data_draws, make_to_inference_data, plate_axis, site_dims, subsampling_plate
 
 from .cox import CoxProcess
 from .models import GPModel

@@ -1,8 +1,8 @@
 """An observation distribution scored by the expected log-likelihood under q(f) (see
-:mod:`sparsegp_common.distributions`), as a NumPyro distribution."""
+:mod:`sparsegp_common.likelihoods.distributions`), as a NumPyro distribution."""
 from numpyro.distributions import Distribution
 
-from sparsegp_common import distributions as core
+from sparsegp_common.likelihoods import distributions as core
 
 
 class ExpectedLikelihood(core.ExpectedLikelihood, Distribution):

@@ -1,5 +1,5 @@
-"""A stand-alone GP model (see :mod:`sparsegp_common.models`), for NumPyro."""
-from sparsegp_common import models as core
+"""A stand-alone GP model (see :mod:`sparsegp_common.objectives.gp_model`), for NumPyro."""
+from sparsegp_common.objectives import gp_model as core
 
 from . import checks, predict, sites
 from .distributions import ExpectedLikelihood

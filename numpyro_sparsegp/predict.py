@@ -1,5 +1,5 @@
 """Prediction (``predict_f``, ``predict_y``, ``sample_f``, written once in
-:mod:`sparsegp_common.prediction`); NumPyro runs each batch in one program compiled once per
+:mod:`sparsegp_common.inference.prediction`); NumPyro runs each batch in one program compiled once per
 prior, likelihood, option and batch shape, with the parameter values as its arguments."""
 import functools
 
@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from numpyro import handlers
 
-from sparsegp_common.prediction import ComponentState, Prediction, make_predictions
+from sparsegp_common.inference.prediction import ComponentState, Prediction, make_predictions
 
 from . import checks
 

@@ -1,7 +1,7 @@
-"""Stochastic variational GP with inducing points (see :mod:`sparsegp_common.svgp`), with
+"""Stochastic variational GP with inducing points (see :mod:`sparsegp_common.priors.svgp`), with
 NumPyro parameters: ``<name>.q_mu``, ``<name>.q_sqrt`` and the features' ``numpyro.param`` sites."""
-from sparsegp_common import svgp as core
-from sparsegp_common.svgp import SVGPPosterior
+from sparsegp_common.priors import svgp as core
+from sparsegp_common.priors.svgp import SVGPPosterior
 
 from .params import adapt
 from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)

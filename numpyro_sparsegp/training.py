@@ -8,7 +8,7 @@ import numpy as np
 import numpyro
 from numpyro.infer import SVI, Trace_ELBO
 
-from sparsegp_common.training import FitResult, FitState, Trainer, make_fit, split_param_groups
+from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
 from . import params as _params
 

@@ -1,4 +1,4 @@
-"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.vof_features`), with
+"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.features.orthogonal`), with
 NumPyro parameters: frequencies come from ``numpyro.prng_key()`` (or an explicit ``key``), the
 collapsed loss is a NumPyro ``ELBO``."""
 import jax
@@ -6,8 +6,8 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.infer.elbo import ELBO
 
-from sparsegp_common import vof_features as core
-from sparsegp_common.vof_features import collapsed_moments, hermite_kuf, sampled_moments, spectral_terms
+from sparsegp_common.features import orthogonal as core
+from sparsegp_common.features.orthogonal import collapsed_moments, hermite_kuf, sampled_moments, spectral_terms
 
 from .features import Features, Kuf, Kuu  # noqa: F401  (importable from here, as before)
 from .likelihoods import Gaussian
@@ -26,7 +26,7 @@ _OrthogonalFeatures, HermiteFeatures, SpectralFeatures, FourierFeatures, Legendr
 
 
 def estimated_moments(prior, X, u=None, key=None):
-    """:func:`sparsegp_common.vof_features.estimated_moments` of a bound prior, with frequencies
+    """:func:`sparsegp_common.features.orthogonal.estimated_moments` of a bound prior, with frequencies
     from ``key`` (default ``numpyro.prng_key()``)."""
     return core.estimated_moments(prior, X, u, key)
 

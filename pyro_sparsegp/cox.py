@@ -1,13 +1,13 @@
-"""Log-Gaussian Cox processes (the formulas are :mod:`sparsegp_common.cox`), as a torch module;
+"""Log-Gaussian Cox processes (the formulas are :mod:`sparsegp_common.objectives.cox`), as a torch module;
 random integration points draw from torch's global RNG."""
 import pyro.distributions
 import torch
 from pyro.distributions import TorchDistribution
 from torch.distributions import constraints
 
-from sparsegp_common import cox as core
-from sparsegp_common.raster import PixelRule
-from sparsegp_common.windows import Binned, GaussLegendre, Interval, Polygon, Rectangle, StratifiedMC, UserRule
+from sparsegp_common.data.raster import PixelRule
+from sparsegp_common.objectives import cox as core
+from sparsegp_common.objectives.windows import Binned, GaussLegendre, Interval, Polygon, Rectangle, StratifiedMC, UserRule
 
 from . import checks, predict, sites
 

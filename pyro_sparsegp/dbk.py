@@ -1,4 +1,4 @@
-"""Deep basis kernels for Pyro (written once in :mod:`sparsegp_common.dbk`): the networks as
+"""Deep basis kernels for Pyro (written once in :mod:`sparsegp_common.priors.dbk`): the networks as
 ``torch.nn`` modules, whose weights become PyroParams; the moments run through the blocked
 float64 op of :mod:`sparsegp_common.ops._torch`.
 """
@@ -6,8 +6,8 @@ import torch
 from pyro import poutine
 from pyro.nn.module import PyroParam, to_pyro_module_
 
-from sparsegp_common import dbk as common
-from sparsegp_common.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
+from sparsegp_common.priors import dbk as common
+from sparsegp_common.priors.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
 from . import checks, predict
 from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)
@@ -41,7 +41,7 @@ MLP, ResNet = common.network_classes(_Network, __name__)
 
 
 class _DeepBasis(common._DeepBasis, Parameterized):
-    """The Pyro hooks of :class:`sparsegp_common.dbk._DeepBasis`."""
+    """The Pyro hooks of :class:`sparsegp_common.priors.dbk._DeepBasis`."""
 
     _network = (torch.nn.Module, "a torch.nn.Module")
     _as_array = staticmethod(checks.as_tensor)

@@ -1,8 +1,8 @@
-"""Decoupled mean and covariance bases (see :mod:`sparsegp_common.decoupled`), as Pyro modules."""
+"""Decoupled mean and covariance bases (see :mod:`sparsegp_common.priors.decoupled`), as Pyro modules."""
 import torch
 
-from sparsegp_common import decoupled as core
-from sparsegp_common.decoupled import DecoupledPosterior
+from sparsegp_common.priors import decoupled as core
+from sparsegp_common.priors.decoupled import DecoupledPosterior
 
 from .priors import GPPrior
 

@@ -1,4 +1,4 @@
-"""ArviZ export (``to_inference_data``, written once in :mod:`sparsegp_common.diagnostics`); Pyro
+"""ArviZ export (``to_inference_data``, written once in :mod:`sparsegp_common.inference.diagnostics`); Pyro
 draws all at once under an outer plate (as ``Predictive(parallel=True)``) where the model allows,
 else one trace per draw, one batch of a subsampling plate's rows at a time (the plate's indices
 conditioned)."""
@@ -12,8 +12,8 @@ from pyro import poutine
 from pyro.poutine.trace_struct import Trace
 from pyro.poutine.util import site_is_subsample
 
-from sparsegp_common.diagnostics import Draws, full_data_draws, make_to_inference_data, plate_axis, site_dims, subsampling_plate
-from sparsegp_common.nystrom import trace_floor
+from sparsegp_common.features.nystrom import trace_floor
+from sparsegp_common.inference.diagnostics import Draws, full_data_draws, make_to_inference_data, plate_axis, site_dims, subsampling_plate
 
 from .cox import CoxProcess
 from .models import GPModel

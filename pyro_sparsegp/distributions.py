@@ -1,9 +1,9 @@
 """An observation distribution scored by the expected log-likelihood under q(f) (see
-:mod:`sparsegp_common.distributions`), as a Pyro distribution."""
+:mod:`sparsegp_common.likelihoods.distributions`), as a Pyro distribution."""
 import torch
 from pyro.distributions import TorchDistribution
 
-from sparsegp_common import distributions as core
+from sparsegp_common.likelihoods import distributions as core
 
 
 class ExpectedLikelihood(core.ExpectedLikelihood, TorchDistribution):

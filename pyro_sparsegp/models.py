@@ -1,7 +1,7 @@
-"""A stand-alone GP model (see :mod:`sparsegp_common.models`), as a torch module."""
+"""A stand-alone GP model (see :mod:`sparsegp_common.objectives.gp_model`), as a torch module."""
 import torch
 
-from sparsegp_common import models as core
+from sparsegp_common.objectives import gp_model as core
 
 from . import checks, predict, sites
 from .distributions import ExpectedLikelihood

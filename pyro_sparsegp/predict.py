@@ -1,5 +1,5 @@
 """Prediction (``predict_f``, ``predict_y``, ``sample_f``, written once in
-:mod:`sparsegp_common.prediction`); Pyro evaluates inside the module's parameter context, without
+:mod:`sparsegp_common.inference.prediction`); Pyro evaluates inside the module's parameter context, without
 an autograd graph."""
 import contextlib
 import warnings
@@ -7,7 +7,7 @@ import warnings
 import torch
 from pyro import poutine
 
-from sparsegp_common.prediction import ComponentState, Prediction, make_predictions
+from sparsegp_common.inference.prediction import ComponentState, Prediction, make_predictions
 
 from . import checks
 from .sites import active

@@ -6,7 +6,7 @@ import torch
 from pyro import poutine
 from torch.distributions import transform_to
 
-from sparsegp_common.training import FitResult, FitState, Trainer, make_fit, split_param_groups
+from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
 __all__ = ["FitResult", "FitState", "fit"]
 

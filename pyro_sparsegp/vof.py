@@ -1,9 +1,9 @@
-"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.vof_features`), as Pyro
+"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.features.orthogonal`), as Pyro
 modules: frequencies come from torch's global RNG, the loss is a plain callable."""
 import torch
 
-from sparsegp_common import vof_features as core
-from sparsegp_common.vof_features import collapsed_moments, hermite_kuf, sampled_moments, spectral_terms
+from sparsegp_common.features import orthogonal as core
+from sparsegp_common.features.orthogonal import collapsed_moments, hermite_kuf, sampled_moments, spectral_terms
 
 from .features import Features, Kuf, Kuu  # noqa: F401  (importable from here, as before)
 from .likelihoods import Gaussian
@@ -22,7 +22,7 @@ _OrthogonalFeatures, HermiteFeatures, SpectralFeatures, FourierFeatures, Legendr
 
 
 def estimated_moments(prior, X, u=None):
-    """:func:`sparsegp_common.vof_features.estimated_moments` with torch's global RNG; call under
+    """:func:`sparsegp_common.features.orthogonal.estimated_moments` with torch's global RNG; call under
     the prior's parameter context."""
     return core.estimated_moments(prior, X, u)
 

@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from .ops import namespace
+from sparsegp_common.ops import namespace
 
 
 def positive_int(value, name):

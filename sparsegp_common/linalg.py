@@ -1,6 +1,6 @@
 """Cholesky factorisation with jitter escalation, and triangular solves, for any backend."""
-from .messages import cholesky_failed
-from .ops import backend, namespace
+from sparsegp_common.messages import cholesky_failed
+from sparsegp_common.ops import backend, namespace
 
 
 class CholeskyError(RuntimeError):

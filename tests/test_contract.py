@@ -12,8 +12,10 @@ import torch
 
 import numpyro_sparsegp
 import pyro_sparsegp
-from sparsegp_common import checks, conditionals, cox, kernels, linalg, variational, windows
+from sparsegp_common import checks, kernels, linalg, variational
+from sparsegp_common.objectives import cox, windows
 from sparsegp_common.ops import backend, namespace
+from sparsegp_common.variational import conditionals
 
 # classes whose constructor is the PPL's own (ELBO options), not ours
 PPL_SIGNATURES = {"CollapsedELBO"}

@@ -13,7 +13,7 @@ from arviz_versions import loo
 from backends import NumPyroBackend, PyroBackend
 from scipy import stats
 
-from sparsegp_common import windows
+from sparsegp_common.objectives import windows
 
 KERN = ("rbf", [2.0], 1.2)
 LOW, HIGH, OFFSET = 0.0, 10.0, math.log(3.0)

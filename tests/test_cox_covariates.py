@@ -4,7 +4,7 @@ coefficients, coupled with the GP's u) and the default randomised rule, in both 
 import numpy as np
 import pytest
 
-from sparsegp_common.datasets import simulate_covariate_pattern
+from sparsegp_common.data.datasets import simulate_covariate_pattern
 
 TRUE = simulate_covariate_pattern().coefficients  # intercept, and per standard deviation of each image
 

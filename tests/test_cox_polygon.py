@@ -8,7 +8,7 @@ import pytest
 import reference as ref
 from test_cox import OFFSET, elbo
 
-from sparsegp_common import windows
+from sparsegp_common.objectives import windows
 
 L_SHAPE = [(0.0, 0.0), (2.0, 0.0), (2.0, 1.0), (1.0, 1.0), (1.0, 2.0), (0.0, 2.0)]
 PARTS = [((0.0, 2.0), (0.0, 1.0)), ((0.0, 1.0), (1.0, 2.0))]  # the L as two rectangles
@@ -82,7 +82,7 @@ def test_pixel_rule_and_map_on_a_polygon(backend):
     intensity, and the map is drawn inside the L only."""
     import matplotlib
 
-    from sparsegp_common.raster import Raster
+    from sparsegp_common.data.raster import Raster
 
     matplotlib.use("Agg")
     raster = Raster(np.arange(16.0).reshape(4, 4), ((0, 2), (0, 2)))

@@ -15,8 +15,8 @@ from backends import NumPyroBackend, PyroBackend
 from test_cox import HIGH, LOW, OFFSET, cox
 from test_cox_polygon import L_SHAPE, in_l_shape
 
-from sparsegp_common import windows
-from sparsegp_common.cox import AnchoredDraws
+from sparsegp_common.objectives import windows
+from sparsegp_common.objectives.cox import AnchoredDraws
 
 
 def moments(X):
@@ -126,7 +126,7 @@ def test_anchor_points():
 def test_simulate_on_a_polygon_reads_covariates_inside_only(backend):
     """Covariates without values outside the L (NaN, which the raster refuses): the bound and the
     anchors use points inside only; the events lie inside."""
-    from sparsegp_common.raster import Raster
+    from sparsegp_common.data.raster import Raster
 
     images = np.zeros((8, 8))
     images[5:, 5:] = np.nan  # in the L's missing square, beyond the pixels an inside point interpolates

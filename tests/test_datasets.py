@@ -11,7 +11,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from sparsegp_common import datasets as ds
+from sparsegp_common.data import datasets as ds
 
 UCI_SHAPES = {"pol": (15000, 26), "elevators": (16599, 18), "bike": (17379, 17), "kin40k": (40000, 8),
               "protein": (45730, 9), "keggdirected": (48827, 20)}

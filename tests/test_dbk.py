@@ -232,8 +232,8 @@ def test_pyro_blocked_moments_value_and_gradient(rng, monkeypatch, heteroscedast
     import torch
 
     from pyro_sparsegp import dbk as lib
-    from sparsegp_common import dbk as core
     from sparsegp_common.ops import _torch as ops
+    from sparsegp_common.priors import dbk as core
 
     monkeypatch.setattr(ops, "MOMENT_CHUNK", 4)
     n, r = 11, 3

@@ -167,7 +167,7 @@ def test_both_backends_export_the_same_variables_and_dims():
 
 
 def test_more_than_one_subsampling_plate_is_refused():
-    from sparsegp_common.diagnostics import full_data_chunks, subsampling_plate
+    from sparsegp_common.inference.diagnostics import full_data_chunks, subsampling_plate
 
     assert subsampling_plate({("data", 10, None), ("groups", 3, 3)}) is None
     assert subsampling_plate({("data", 10, 4), ("groups", 3, None)}) == ("data", 10, 4)

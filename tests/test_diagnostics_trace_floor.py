@@ -1,4 +1,4 @@
-"""``trace_floor`` (written once in ``sparsegp_common.nystrom``) in both backends against the
+"""``trace_floor`` (written once in ``sparsegp_common.features.nystrom``) in both backends against the
 eigenvalues of the dense float64 kernel matrix, and the bound it promises for Nystrom residuals."""
 import numpy as np
 import pytest

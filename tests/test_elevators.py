@@ -12,7 +12,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from sparsegp_common.datasets import Standardizer, load_uci
+from sparsegp_common.data.datasets import Standardizer, load_uci
 
 DATA = pathlib.Path(os.environ.get("SPARSEGP_DATA", pathlib.Path(__file__).parents[2] / "shared" / "data"))
 FOLDER = DATA / "uci_elevators"

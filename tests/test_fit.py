@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sparsegp_common.training import EarlyStopping, make_plan
+from sparsegp_common.inference.training import EarlyStopping, make_plan
 from trajectories import assert_same_loss_and_gradients, assert_same_trajectory, loss_and_gradients, spread
 
 N, M = 60, 6
@@ -103,7 +103,7 @@ def test_losses_are_read_back_every_loss_every_steps(backend, monkeypatch):
     still see every step's loss."""
     import importlib
 
-    import sparsegp_common.training as core
+    import sparsegp_common.inference.training as core
 
     training = importlib.import_module(backend.lib.__name__ + ".training")
     model, X, y = problem(backend, num_data=N)

@@ -235,7 +235,7 @@ def test_fit_stops_at_a_gradient_spike(backend, spike):
 
 
 def test_loss_history_checks_the_gradient_norms():
-    from sparsegp_common.training import LossHistory
+    from sparsegp_common.inference.training import LossHistory
 
     history = LossHistory([], to_floats=lambda pairs: pairs)
     for i in range(20):

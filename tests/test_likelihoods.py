@@ -168,7 +168,7 @@ def test_bernoulli_logit_expected_log_prob_holds_1e6_up_to_variance_100(backend)
 def test_expected_log_sigmoid_gradients(autodiff):
     """d/dmean E[log sigmoid(f)] = E[sigmoid(-f)] and d/dvar = E[(log sigmoid)''(f)] / 2, on both
     sides of the switch between the rules, under torch autograd and jax.grad."""
-    from sparsegp_common.quadrature import expected_log_sigmoid
+    from sparsegp_common.likelihoods.quadrature import expected_log_sigmoid
 
     if autodiff == "torch":
         torch = pytest.importorskip("torch")

@@ -8,7 +8,7 @@ import pytest
 import reference as ref
 from test_svgp import KERN, problem
 
-from sparsegp_common import windows
+from sparsegp_common.objectives import windows
 
 COVARIATES = np.array([[0.7, -0.3], [0.2, 0.5]])  # c(X) = X @ COVARIATES.T + sin(X[:, 0])
 
@@ -283,7 +283,7 @@ def test_backends_agree_with_mean_functions():
     a Cox process with a raster mean (the pixel rule) and coefficients with a prior, coupled with ``u``."""
     from backends import NumPyroBackend, PyroBackend
 
-    from sparsegp_common.raster import Raster
+    from sparsegp_common.data.raster import Raster
 
     rng = np.random.default_rng(10)
     X, Z, q_mu, q_sqrt = problem(rng)

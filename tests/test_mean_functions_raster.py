@@ -7,8 +7,8 @@ import pytest
 import reference as ref
 from scipy.interpolate import RegularGridInterpolator
 
-from sparsegp_common import windows
-from sparsegp_common.raster import PixelRule, Raster
+from sparsegp_common.data.raster import PixelRule, Raster
+from sparsegp_common.objectives import windows
 
 EXTENT = ((0.0, 4.0), (-1.0, 2.0))  # 8 x 6 pixels of 0.5 x 0.5
 

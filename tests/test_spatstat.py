@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from sparsegp_common.spatstat import load_image_pattern, spatstat_to_npz
+from sparsegp_common.data.spatstat import load_image_pattern, spatstat_to_npz
 
 
 def write(folder, **arrays):
@@ -46,7 +46,7 @@ def test_gorillas_conversion(tmp_path):
     pattern = load_image_pattern("gorillas", tmp_path)
     assert path.name == "gorillas.npz" and pattern.events.shape == (647, 2) and pattern.images.shape == (7, 149, 181)
     assert pattern.names == ("aspect", "elevation", "heat", "slopeangle", "slopetype", "vegetation", "waterdist")
-    from sparsegp_common.windows import Polygon
+    from sparsegp_common.objectives.windows import Polygon
 
     assert Polygon(pattern.window).contains(pattern.events).all()
     assert np.isnan(pattern.images).sum() == 7 * 5927  # R's NA, integer images included
@@ -56,7 +56,7 @@ def test_glm_recovers_a_simulated_pattern():
     """The benchmark's Poisson GLM (Newton on the pixel rule) on a pattern without a GP term."""
     from benchmarks.cox_gorillas import glm
 
-    from sparsegp_common.datasets import simulate_covariate_pattern
+    from sparsegp_common.data.datasets import simulate_covariate_pattern
 
     pattern = simulate_covariate_pattern(0, variance=0.0)
     centres = pattern.raster.centres()

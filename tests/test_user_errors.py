@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from numpyro import handlers
 
-from sparsegp_common.training import make_plan
+from sparsegp_common.inference.training import make_plan
 
 N, B = 24, 8
 

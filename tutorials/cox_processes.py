@@ -132,7 +132,7 @@ def covariates(backend, steps, output_dir):
     """``log lambda = b0 + b . c(x) + f(x)`` on a simulated pattern with known effects."""
     import matplotlib.pyplot as plt
 
-    from sparsegp_common.datasets import simulate_covariate_pattern
+    from sparsegp_common.data.datasets import simulate_covariate_pattern
 
     lib = backend.lib
     pattern = simulate_covariate_pattern(seed=4)  # two standardised images, a GP term (variance 0.1)
@@ -165,7 +165,7 @@ def main(backend_name="pyro", quick=False, data_dir=None, output_dir="outputs"):
     import matplotlib
 
     matplotlib.use("Agg")
-    from sparsegp_common.datasets import load_point_pattern
+    from sparsegp_common.data.datasets import load_point_pattern
 
     data_dir = data_dir or os.environ.get("SPARSEGP_DATA") or ROOT.parent / "shared" / "data"
     output_dir = pathlib.Path(output_dir)

@@ -102,7 +102,7 @@ def sinc(backend, quick):
 
 
 def kin40k(backend, quick):
-    from sparsegp_common.datasets import Standardizer, load_uci
+    from sparsegp_common.data.datasets import Standardizer, load_uci
 
     lib = backend.lib
     X, y, Xt, yt = load_uci("kin40k", split=0)

@@ -5,7 +5,7 @@ Convert once from the package's ``.rda`` file (``data/gorillas.rda`` in the pack
 the installed package's ``data`` folder) with the pure-Python reader ``rdata`` (``pip install
 rdata``; no R needed)::
 
-    python -m sparsegp_common.spatstat path/to/gorillas.rda      # writes $SPARSEGP_DATA/gorillas/gorillas.npz
+    python -m sparsegp_common.data.spatstat path/to/gorillas.rda      # writes $SPARSEGP_DATA/gorillas/gorillas.npz
 
 then :func:`load_image_pattern` reads the ``.npz`` with NumPy alone.
 """
@@ -23,9 +23,9 @@ class ImagePattern(NamedTuple):
 
     Attributes:
         events: ``(n, 2)`` float64 locations.
-        window: ``(K, 2)`` polygon vertices (a :class:`~sparsegp_common.windows.Polygon`'s).
+        window: ``(K, 2)`` polygon vertices (a :class:`~sparsegp_common.objectives.windows.Polygon`'s).
         images: ``(I, H, W)`` float64, rows running up in y (a
-            :class:`~sparsegp_common.raster.Raster`'s layout), NaN where an image has no value;
+            :class:`~sparsegp_common.data.raster.Raster`'s layout), NaN where an image has no value;
             factors hold their level codes ``1, 2, ...``.
         extent: ``((x0, x1), (y0, y1))``, the outer edges of the pixels.
         names: the ``I`` images' names.
@@ -49,7 +49,7 @@ def load_image_pattern(name, data_dir=None):
     Returns:
         :class:`ImagePattern`.
     """
-    from .datasets import _file
+    from sparsegp_common.data.datasets import _file
 
     path = _file(name, f"{name}.npz", data_dir)
     with np.load(path, allow_pickle=False) as f:
@@ -88,7 +88,7 @@ def _image(im):
 def spatstat_to_npz(rda_path, data_dir=None):
     """Convert each ``ppp`` of a spatstat ``.rda`` that has images ``<name>.extra`` into
     ``<data_dir>/<name>/<name>.npz``; returns the paths written."""
-    from .datasets import data_dir as resolve
+    from sparsegp_common.data.datasets import data_dir as resolve
 
     objects = _read_rda(rda_path)
     written = []
@@ -117,6 +117,6 @@ def spatstat_to_npz(rda_path, data_dir=None):
 
 if __name__ == "__main__":
     if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python -m sparsegp_common.spatstat path/to/<name>.rda [data_dir]")
+        sys.exit("usage: python -m sparsegp_common.data.spatstat path/to/<name>.rda [data_dir]")
     for written in spatstat_to_npz(pathlib.Path(sys.argv[1]), sys.argv[2] if len(sys.argv) == 3 else None):
         print(written)

@@ -14,8 +14,8 @@ q(u), so a new family (block-diagonal, natural parameters) is a new class, not a
 """
 import array_api_compat
 
-from .linalg import solve_lower
-from .ops import device, namespace
+from sparsegp_common.linalg import solve_lower
+from sparsegp_common.ops import device, namespace
 
 __all__ = ["CholeskyGaussian", "DiagonalGaussian", "PointMass", "family", "prior_distribution"]  # what the backends re-export
 

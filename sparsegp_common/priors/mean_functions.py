@@ -4,7 +4,7 @@ zero-mean GP.
 Every mean function is linear in features of the inputs, ``m(X) = F(X) @ coefficients``, so one
 formula serves them all: :class:`Constant` (``F = 1``), :class:`Linear` (``F = [1, X]``) and
 :class:`Covariates` (``F = [1, c(X)]`` for covariates ``c``: a function of the inputs or a
-:class:`~sparsegp_common.raster.Raster` of images). The coefficients are one learnable parameter
+:class:`~sparsegp_common.data.raster.Raster` of images). The coefficients are one learnable parameter
 ``<prior>.mean_function.coefficients`` of shape ``(P,)``, shared by all latent functions, or
 ``(L, P)``, one row per latent function; the intercept comes first.
 
@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from .linalg import solve_lower
-from .ops import device, namespace
+from sparsegp_common.linalg import solve_lower
+from sparsegp_common.ops import device, namespace
 
 #: Initial scale of ``q`` (``coefficients_scale_tril = INIT_SCALE * I``) when the coefficients have a
 #: prior, as autoguides start.
@@ -178,7 +178,7 @@ class Covariates(MeanFunction):
 
     Args:
         covariates: a function ``c(X (N, D)) -> (N, P)`` of the backend's arrays, or a
-            :class:`~sparsegp_common.raster.Raster` (images interpolated at the inputs).
+            :class:`~sparsegp_common.data.raster.Raster` (images interpolated at the inputs).
         weights: initial ``w``: ``(P,)``, or ``(L, P)``; by default zeros.
         bias: initial ``b``: a number, or ``(L,)``.
         prior: optional distribution of the coefficients (see :class:`MeanFunction`).

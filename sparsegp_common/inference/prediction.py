@@ -10,9 +10,9 @@ object, option and batch shape, with the parameter values as arguments, so later
 """
 from typing import Any, NamedTuple, Optional
 
-from .checks import one_of, positive_int, probabilities
-from .linalg import cholesky
-from .ops import backend
+from sparsegp_common.checks import one_of, positive_int, probabilities
+from sparsegp_common.linalg import cholesky
+from sparsegp_common.ops import backend
 
 
 PARTS = ("f", "mean", "gp")

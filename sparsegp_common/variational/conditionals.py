@@ -11,8 +11,8 @@ and ``Kff`` is added once.
 whitening is the identity. The strategies say which ``B``: :class:`Whitened` and
 :class:`Unwhitened` here; decoupled and weight-space strategies reuse :func:`conditional`.
 """
-from .linalg import solve_lower
-from .ops import namespace
+from sparsegp_common.linalg import solve_lower
+from sparsegp_common.ops import namespace
 
 __all__ = ["Unwhitened", "WeightSpace", "Whitened", "add_prior", "conditional", "prior_covariance", "strategy",
            "update"]  # what the backends re-export
@@ -29,7 +29,7 @@ def conditional(Kuf, Luu, Kff, q, *, whiten=True, full_cov=False, cross=None):
         whiten: whether ``u = Luu v`` with ``q(v) = N(q_mu, S)``.
         full_cov: return the full ``(..., N, N)`` covariance instead of the variances.
         cross: ``batch_shape + (M, P)``, directions of ``q_mu`` (see
-            :class:`~sparsegp_common.mean_functions.CoupledMean`); given, ``B^T cross``
+            :class:`~sparsegp_common.priors.mean_functions.CoupledMean`); given, ``B^T cross``
             (``batch_shape + (N, P)``) is returned as a third value.
 
     Returns:

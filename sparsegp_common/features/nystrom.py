@@ -1,7 +1,7 @@
 """What any set of inducing features can reach: the Nystrom trace floor of a kernel on given inputs."""
 import numbers
 
-from .ops import backend, namespace
+from sparsegp_common.ops import backend, namespace
 
 
 def trace_floor(kernel, X, rank):

@@ -1,6 +1,6 @@
 """An observation distribution scored by the expected log-likelihood under q(f)."""
-from .adapt import Documented
-from .ops import backend, namespace
+from sparsegp_common.adapt import Documented
+from sparsegp_common.ops import backend, namespace
 
 
 class ExpectedLikelihood(Documented):

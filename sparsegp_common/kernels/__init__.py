@@ -21,7 +21,7 @@ depends on them.
 """
 import math
 
-from .ops import backend, device, namespace
+from sparsegp_common.ops import backend, device, namespace
 
 
 class Kernel:

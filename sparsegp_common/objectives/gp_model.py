@@ -1,7 +1,7 @@
 """A stand-alone GP model: a prior component observed through a likelihood."""
-from .adapt import Documented
-from .objective import data_plate, data_scale
-from .priors import GPPrior
+from sparsegp_common.adapt import Documented
+from sparsegp_common.objectives import data_plate, data_scale
+from sparsegp_common.priors import GPPrior
 
 
 class GPModel(Documented):

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from .checks import positive_int
+from sparsegp_common.checks import positive_int
 
 
 def draws_layout(num_samples, num_chains):

@@ -22,9 +22,9 @@ key, by default ``numpyro.prng_key()`` (under a seed handler); with Pyro torch's
 """
 import math
 
-from . import checks
-from .ops import backend, namespace
-from .quadrature import expectation, expected_log_sigmoid, gauss_hermite, monte_carlo
+from sparsegp_common import checks
+from sparsegp_common.likelihoods.quadrature import expectation, expected_log_sigmoid, gauss_hermite, monte_carlo
+from sparsegp_common.ops import backend, namespace
 
 
 def log_softplus(f):
@@ -77,7 +77,7 @@ class Likelihood:
     def _bend(self, y):
         """``(center, width)`` of the bend of ``log p(y | f)`` in ``f``: where it bends, and the
         distance from there to its nearest singularity off the real line (see
-        :func:`~sparsegp_common.quadrature.expectation`); None where Gauss-Hermite suffices."""
+        :func:`~sparsegp_common.likelihoods.quadrature.expectation`); None where Gauss-Hermite suffices."""
         return None
 
     def predictive_moments(self, mean, var, key=None):

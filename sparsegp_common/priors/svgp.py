@@ -2,12 +2,12 @@
 import functools
 import numbers
 
-from . import checks, variational
-from .conditionals import add_prior, check_batch, prior_covariance, strategy, sum_components
-from .features import Features, InducingPoints, Kuf, Kuu
-from .linalg import cholesky, solve_lower
-from .ops import backend, device, namespace
-from .priors import GPPrior
+from sparsegp_common import checks, variational
+from sparsegp_common.features import Features, InducingPoints, Kuf, Kuu
+from sparsegp_common.linalg import cholesky, solve_lower
+from sparsegp_common.ops import backend, device, namespace
+from sparsegp_common.priors import GPPrior
+from sparsegp_common.variational.conditionals import add_prior, check_batch, prior_covariance, strategy, sum_components
 
 
 class SVGP(GPPrior):
@@ -26,10 +26,10 @@ class SVGP(GPPrior):
         jitter: added to the diagonal of ``Kuu`` (escalated tenfold up to 3 times on failure).
         cholesky_dtype: factorise ``Kuu`` in this dtype (e.g. float64 inside a float32 model;
             in JAX it needs ``jax_enable_x64``) and cast the factor back.
-        mean_function: a :class:`~sparsegp_common.mean_functions.MeanFunction` ``m`` (``f = m + g``);
+        mean_function: a :class:`~sparsegp_common.priors.mean_functions.MeanFunction` ``m`` (``f = m + g``);
             None: zero. When its coefficients have a prior, ``q`` couples them with ``u``: the
             parameter ``q_sqrt_cross`` ``(..., M, P)`` is the off-diagonal block of their joint
-            Cholesky factor (see :class:`~sparsegp_common.mean_functions.CoupledMean`).
+            Cholesky factor (see :class:`~sparsegp_common.priors.mean_functions.CoupledMean`).
         name: prefix of the parameter and sample-site names (``<name>.q_mu``, ``<name>.u``, ...).
 
     ``q`` starts at the prior (``KL = 0``).
@@ -86,7 +86,7 @@ class SVGPPosterior:
     """q(f) of an :class:`SVGP` with its parameters read once; ``Luu`` is computed on first use.
 
     The methods taking ``cross`` (``batch_shape + (M, P)``) serve a mean function whose coefficients
-    are coupled to ``u`` (:class:`~sparsegp_common.mean_functions.CoupledMean`)."""
+    are coupled to ``u`` (:class:`~sparsegp_common.priors.mean_functions.CoupledMean`)."""
 
     def __init__(self, prior):
         self.kernel, self.features, self.num_latent = prior.kernel, prior.features, prior.num_latent

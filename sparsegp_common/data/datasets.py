@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .spatstat import ImagePattern, load_image_pattern
+from sparsegp_common.data.spatstat import ImagePattern, load_image_pattern
 
 __all__ = [  # what the backends re-export
     "FLIGHTS_COLUMNS", "NUM_SPLITS", "POINT_PATTERNS", "UCI_NAMES", "MinMaxScaler", "PointPattern", "Split", "Standardizer",
@@ -424,7 +424,7 @@ def simulate_covariate_pattern(seed=0, variance=0.1, lengthscale=0.25, coefficie
     GP draw ``f`` (``variance``, ``lengthscale``; 300 random Fourier features; ``variance=0``:
     none), simulated by thinning with the given ``seed``. For tests and benchmarks of covariate
     mean functions; about 1,100 events with the default coefficients."""
-    from .raster import Raster
+    from sparsegp_common.data.raster import Raster
 
     rng = np.random.default_rng(seed)
     x = (np.arange(num_pixels) + 0.5) / num_pixels

@@ -11,8 +11,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 from tqdm.auto import tqdm
 
-from .checks import check_model_data
-from .messages import gradient_not_finite, gradient_spiked, loss_not_finite, loss_ran_away
+from sparsegp_common.checks import check_model_data
+from sparsegp_common.messages import gradient_not_finite, gradient_spiked, loss_not_finite, loss_ran_away
 
 #: ``fit`` stops when a loss exceeds the best so far by this many times the larger of the first
 #: and best losses' magnitudes: noise never goes that far, a diverging optimiser does.

@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .checks import positive_int
-from .ops import device, namespace
+from sparsegp_common.checks import positive_int
+from sparsegp_common.ops import device, namespace
 
 
 class Layout(NamedTuple):
@@ -180,7 +180,7 @@ class Polygon(Window):
     """A 2-D polygon (simple, or any even-odd region), e.g. a survey area.
 
     Rules on it (the default :class:`StratifiedMC`, :class:`GaussLegendre`, a raster's
-    :class:`~sparsegp_common.raster.PixelRule`) lay out their nodes on its bounding box; nodes
+    :class:`~sparsegp_common.data.raster.PixelRule`) lay out their nodes on its bounding box; nodes
     outside get weight 0 (:meth:`indicator`), so a randomised rule stays unbiased for the integral
     over the polygon, and they are moved to :attr:`anchor`, an inside point, so that covariates
     need values only inside.
@@ -376,7 +376,7 @@ def anchor_points(window, num_points):
     """About ``num_points`` points on a regular grid over the window's bounding box (cell
     centres, per-dimension counts proportional to the box's sides), those inside the window (or,
     where none is, one inside point): ``(R, d)`` NumPy float64, ``1 <= R <= num_points``. Where
-    :meth:`~sparsegp_common.cox.CoxProcess.simulate` draws ``f`` jointly before drawing it at the
+    :meth:`~sparsegp_common.objectives.cox.CoxProcess.simulate` draws ``f`` jointly before drawing it at the
     candidates given those values."""
     num_points = positive_int(num_points, "num_points")
     box = window.bounds
@@ -407,7 +407,7 @@ def thin(window, log_bound, draw_log_intensity, rng, max_tries=10):
         window: the :class:`Window`.
         log_bound: log of the first dominating rate.
         draw_log_intensity: ``fn(candidates (C, d), seed) -> (C,)`` NumPy log-intensity of one
-            draw at the candidates (for a Cox process, :class:`~sparsegp_common.cox.AnchoredDraws`).
+            draw at the candidates (for a Cox process, :class:`~sparsegp_common.objectives.cox.AnchoredDraws`).
         rng: a ``numpy.random.Generator``.
 
     Returns:

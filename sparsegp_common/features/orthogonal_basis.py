@@ -1,7 +1,7 @@
 """Backend-free pieces of variational orthogonal features (Burt, Rasmussen & van der Wilk, 2020):
 option checks, the choice of tensor-product multi-indices and Gauss-Legendre nodes on a box.
 
-The features themselves are written once in ``vof_features.py`` (adapted by
+The features themselves are written once in ``orthogonal.py`` (adapted by
 ``pyro_sparsegp/vof.py`` and ``numpyro_sparsegp/vof.py``).
 """
 import functools
@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from .checks import one_of, positive_int
+from sparsegp_common.checks import one_of, positive_int
 
 BASES = ("fourier", "legendre")
 DESIGNS = ("grid", "iid")

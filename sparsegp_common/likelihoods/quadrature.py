@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .ops import backend, device, namespace
+from sparsegp_common.ops import backend, device, namespace
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,7 @@ Events ``x_1..x_n`` in a window ``W`` form a Poisson process with intensity
     E_q[log p(x_1..x_n | f)] = sum_i (mu(x_i) + offset(x_i)) - int_W exp(mu + s2 / 2 + offset) dx
 
 since ``E_q[exp f] = exp(mu + s2 / 2)``; the integral is a Gauss-Legendre sum, an unbiased
-stratified Monte Carlo estimate, or a user's rule (``sparsegp_common.windows``). The binned form
+stratified Monte Carlo estimate, or a user's rule (``sparsegp_common.objectives.windows``). The binned form
 scores cell counts ``c_k ~ Poisson(|cell| lambda(centre_k))`` instead::
 
     sum_k c_k (log|cell| + mu_k + offset_k) - |cell| exp(mu_k + s2_k / 2 + offset_k) - log c_k!
@@ -24,16 +24,16 @@ import warnings
 
 import numpy as np
 
-from . import windows
-from .adapt import Documented
-from .dispatch import Dispatcher
-from .conditionals import conditional
-from .linalg import cholesky
-from .variational import PointMass
-from .objective import data_plate, data_scale
-from .ops import backend, device, namespace
-from .prediction import Prediction
-from .priors import GPPrior
+from sparsegp_common.adapt import Documented
+from sparsegp_common.dispatch import Dispatcher
+from sparsegp_common.inference.prediction import Prediction
+from sparsegp_common.linalg import cholesky
+from sparsegp_common.objectives import windows
+from sparsegp_common.objectives import data_plate, data_scale
+from sparsegp_common.ops import backend, device, namespace
+from sparsegp_common.priors import GPPrior
+from sparsegp_common.variational import PointMass
+from sparsegp_common.variational.conditionals import conditional
 
 
 def expected_intensity(mean, var, offset):
@@ -116,7 +116,7 @@ class EventsForm:
 
 
 class CountsForm(EventsForm):
-    """The likelihood of the cells' event counts (:class:`~sparsegp_common.windows.Binned`):
+    """The likelihood of the cells' event counts (:class:`~sparsegp_common.objectives.windows.Binned`):
     ``c_k ~ Poisson(|cell| lambda(centre_k))``, whole cells only."""
 
     whole_pattern = True
@@ -158,7 +158,7 @@ class CoxProcess(Documented):
         prior: a ``GPPrior`` of the same backend with one latent function; only its
             ``posterior()`` (``marginals``, ``kl``) is used, so every prior works.
         window: an ``Interval``, ``Rectangle``, ``Polygon`` or ``UserRule``
-            (``sparsegp_common.windows``), or bounds ``(d, 2)`` such as ``PointPattern.window``.
+            (``sparsegp_common.objectives.windows``), or bounds ``(d, 2)`` such as ``PointPattern.window``.
         integration: ``StratifiedMC(n)``, ``GaussLegendre(n)``, ``Binned(n)`` (n per dimension)
             or a raster's ``PixelRule``; None: ``StratifiedMC`` with 64 cells in 1-D, 32 x 32 in
             2-D, fresh nodes every step (unbiased; fixed nodes let the optimiser hide intensity
@@ -256,7 +256,7 @@ class CoxProcess(Documented):
         return namespace(weights).sum(weights * expected_intensity(*posterior.marginals(points), self._offset(points)))
 
     def counts(self, events):
-        """Events per cell of a :class:`~sparsegp_common.windows.Binned` rule: ``(P,)``."""
+        """Events per cell of a :class:`~sparsegp_common.objectives.windows.Binned` rule: ``(P,)``."""
         layout = self.layout
         xp, ops = namespace(events), backend(events)
         cells = ops.as_index(xp.floor((events - self._array(layout.low)) / self._array(layout.widths)))
@@ -409,7 +409,7 @@ class CoxProcess(Documented):
         return ax
 
     def simulate(self, num_samples=1, seed=0, params=None, batch_size=512, num_anchors=256):
-        """Patterns from the posterior predictive by thinning (see ``sparsegp_common.windows.thin``):
+        """Patterns from the posterior predictive by thinning (see ``sparsegp_common.objectives.windows.thin``):
         per pattern, candidates from a homogeneous process whose rate bounds the 5-sd upper band
         of the intensity (at the default rule's nodes and the anchors inside the window), each
         kept with probability ``lambda(x) / bound`` under one draw of ``f`` from ``q`` at all the
@@ -419,7 +419,7 @@ class CoxProcess(Documented):
         ``C <= batch_size``, one joint draw from the full covariance of ``q``. Beyond that (a
         dense ``C x C`` covariance needs ``8 C^2`` bytes: 3 GB at 20,000 candidates), ``f`` is
         drawn jointly at about ``num_anchors`` points on a grid over the window
-        (:func:`~sparsegp_common.windows.anchor_points`), then at the candidates, ``batch_size``
+        (:func:`~sparsegp_common.objectives.windows.anchor_points`), then at the candidates, ``batch_size``
         at a time, from ``q``'s conditional given those values, each candidate with its own
         residual variance. Every candidate's marginal is ``q(f(x))`` exactly (so the expected
         count is ``int_W E_q[lambda]``), and candidates are correlated through the anchors as

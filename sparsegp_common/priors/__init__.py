@@ -8,7 +8,7 @@ implements ``_posterior()``, the posterior of its zero-mean GP: an object with
 * ``prior_u()`` / ``q_u()``: distributions of its global latent site ``<name>.u`` (or None).
 
 ``GPPrior.posterior()`` adds the prior's mean function (``mean_function=``, see
-:mod:`sparsegp_common.mean_functions`) to those marginals. From these, ``GPPrior.model`` and
+:mod:`sparsegp_common.priors.mean_functions`) to those marginals. From these, ``GPPrior.model`` and
 ``GPPrior.guide`` emit the same sites for every method:
 
 * ``<name>.u`` (outside any plate): ``u`` from the prior in the model and from ``q(u)`` in the
@@ -24,9 +24,9 @@ The user's own likelihood site then scores ``f`` like any other latent variable.
 """
 import contextlib
 
-from .mean_functions import CoupledMean, MeanFunction, MeanShifted, Zero, add_mean
-from .objective import rows
-from .ops import namespace
+from sparsegp_common.objectives import rows
+from sparsegp_common.ops import namespace
+from sparsegp_common.priors.mean_functions import CoupledMean, MeanFunction, MeanShifted, Zero, add_mean
 
 
 class GPPrior:
@@ -116,7 +116,7 @@ class GPPrior:
 
     def inspect(self, params=None):
         """The KL, ``q(u)`` and parameter values of this component after training (or with
-        ``params``): a :class:`~sparsegp_common.prediction.ComponentState`; see the backend's
+        ``params``): a :class:`~sparsegp_common.inference.prediction.ComponentState`; see the backend's
         ``predict.inspect``."""
         return self._predict.inspect(self, params=params)
 

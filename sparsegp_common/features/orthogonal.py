@@ -28,15 +28,15 @@ import math
 
 import numpy as np
 
-from . import ops
-from . import vof as common
-from .conditionals import conditional
-from .features import Features, Kuf, Kuu
-from .kernels import Kernel, SquaredExponential
-from .objective import data_scale
-from .ops import backend, device, namespace
-from .svgp import SVGP
-from .variational import PointMass
+from sparsegp_common import ops
+from sparsegp_common.features import orthogonal_basis as common
+from sparsegp_common.features import Features, Kuf, Kuu
+from sparsegp_common.kernels import Kernel, SquaredExponential
+from sparsegp_common.objectives import data_scale
+from sparsegp_common.ops import backend, device, namespace
+from sparsegp_common.priors.svgp import SVGP
+from sparsegp_common.variational import PointMass
+from sparsegp_common.variational.conditionals import conditional
 
 
 def _lengthscale(kernel, D):

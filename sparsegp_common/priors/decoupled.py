@@ -22,13 +22,13 @@ import functools
 import math
 import numbers
 
-from . import variational
-from .checks import one_of, positive_int
-from .conditionals import add_prior, conditional
-from .linalg import cholesky, solve_lower
-from .ops import backend, device, namespace
-from .priors import GPPrior
-from .svgp import SVGP
+from sparsegp_common import variational
+from sparsegp_common.checks import one_of, positive_int
+from sparsegp_common.linalg import cholesky, solve_lower
+from sparsegp_common.ops import backend, device, namespace
+from sparsegp_common.priors import GPPrior
+from sparsegp_common.priors.svgp import SVGP
+from sparsegp_common.variational.conditionals import add_prior, conditional
 
 #: Scale of the initial covariance factor ``L = L_INIT * I``: ``L = 0`` is the prior but a
 #: stationary point of the ELBO in ``L`` (its gradient is ``2 (dELBO/dB) L = 0``), so learning would
@@ -65,7 +65,7 @@ class DecoupledGP(GPPrior):
             active (masks ``<name>.alpha_mask``/``<name>.beta_mask``); grow them with
             :meth:`add_basis`. None: every point is active and there are no masks.
         jitter: added to the diagonal of ``K_beta`` (hybrid only).
-        mean_function: a :class:`~sparsegp_common.mean_functions.MeanFunction` ``m`` (``f = m + g``);
+        mean_function: a :class:`~sparsegp_common.priors.mean_functions.MeanFunction` ``m`` (``f = m + g``);
             None: zero.
         name: prefix of the parameter and sample-site names.
 

@@ -1,10 +1,10 @@
 """Covariate images on a regular 2-D grid: values at arbitrary points by bilinear interpolation,
-for the mean functions (:class:`~sparsegp_common.mean_functions.Covariates`), and the pixel grid
+for the mean functions (:class:`~sparsegp_common.priors.mean_functions.Covariates`), and the pixel grid
 as a Cox-process integration rule (:class:`PixelRule`)."""
 import numpy as np
 
-from . import windows
-from .ops import backend, device, namespace
+from sparsegp_common.objectives import windows
+from sparsegp_common.ops import backend, device, namespace
 
 
 class Raster:

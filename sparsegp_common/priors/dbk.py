@@ -48,13 +48,13 @@ import numbers
 
 import numpy as np
 
-from . import variational
-from .checks import positive_int, probabilities
-from .conditionals import WeightSpace, add_prior
-from .linalg import cholesky, solve_lower
-from .ops import backend, device, namespace
-from .prediction import Prediction
-from .priors import GPPrior
+from sparsegp_common import variational
+from sparsegp_common.checks import positive_int, probabilities
+from sparsegp_common.inference.prediction import Prediction
+from sparsegp_common.linalg import cholesky, solve_lower
+from sparsegp_common.ops import backend, device, namespace
+from sparsegp_common.priors import GPPrior
+from sparsegp_common.variational.conditionals import WeightSpace, add_prior
 
 # the names each backend's dbk module exports
 NAMES = ["MLP", "ResNet", "ExactDBK", "ExactDBKPosterior", "SVDBK", "CalibratedSVDBK", "SVDBKPosterior", "correction",
@@ -523,7 +523,7 @@ class SVDBK(_DeepBasis, GPPrior):
             :class:`ExactDBK` for why the scale is a parameter of its own).
         variance_correction: add ``c(x)`` (False: the "-c" ablation).
         diagonal: mean-field ``q_sqrt`` ``(r,)`` instead of a full factor ``(r, r)``.
-        mean_function: a :class:`~sparsegp_common.mean_functions.MeanFunction` ``m`` (``f = m + g``);
+        mean_function: a :class:`~sparsegp_common.priors.mean_functions.MeanFunction` ``m`` (``f = m + g``);
             None: zero.
         name: prefix of the parameter and site names.
 

@@ -5,9 +5,9 @@ features are orthonormal by construction, ``Kuu = I``) and ``Kuf(features, kerne
 (``batch_shape + (M, N)``) dispatch on the pair of types, as in GPflow: a new kind of feature
 (inter-domain, orthogonal, harmonic) subclasses :class:`Features` and registers its own pair.
 """
-from .dispatch import Dispatcher
-from .kernels import Kernel
-from .ops import namespace
+from sparsegp_common.dispatch import Dispatcher
+from sparsegp_common.kernels import Kernel
+from sparsegp_common.ops import namespace
 
 Kuu = Dispatcher("Kuu")
 Kuf = Dispatcher("Kuf")
@@ -20,7 +20,7 @@ class Features:
     components (the harmonic decomposition, additive models) declare their component axis here,
     e.g. ``(T,)``; their ``Kuu``/``Kuf`` then have that leading shape, q(u) gets one block per
     component, and the prior sums the component marginals in one place
-    (:func:`~sparsegp_common.conditionals.sum_components`).
+    (:func:`~sparsegp_common.variational.conditionals.sum_components`).
     """
 
     component_shape = ()

@@ -1,0 +1,1 @@
+"""Offline datasets, covariate rasters and point patterns (NumPy)."""

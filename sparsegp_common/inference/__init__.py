@@ -1,0 +1,1 @@
+"""Training (``fit``), prediction and diagnostics, written once for both backends."""
