@@ -82,7 +82,7 @@ def _scaling(opts):
     import torch
 
     from pyro_sparsegp.dbk import MLP, ExactDBK
-    from sparsegp_common.priors.dbk import step_data
+    from sparsegp_common.data.step import step_data
 
     malloc = "freed memory retained" if all(os.environ.get(k) == v for k, v in harness.RETAIN_FREED_MEMORY.items()) else "default"
     steps, sizes = {}, opts["sizes"]

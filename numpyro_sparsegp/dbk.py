@@ -10,6 +10,7 @@ import jax
 import numpyro
 from numpyro import handlers
 
+from sparsegp_common.features.networks import network_classes
 from sparsegp_common.priors import dbk as common
 from sparsegp_common.priors.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
@@ -38,7 +39,7 @@ class _Network(eqx.Module):
         return jax.vmap(self._forward)(X) if X.ndim == 2 else self._forward(X)
 
 
-MLP, ResNet = common.network_classes(_Network, __name__)
+MLP, ResNet = network_classes(_Network, __name__)
 
 
 def _map_weights(net, fn):

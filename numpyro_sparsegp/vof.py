@@ -1,13 +1,15 @@
-"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.features.orthogonal`), with
-NumPyro parameters: frequencies come from ``numpyro.prng_key()`` (or an explicit ``key``), the
-collapsed loss is a NumPyro ``ELBO``."""
+"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.features.orthogonal` and
+:mod:`sparsegp_common.objectives.vof_model`), with NumPyro parameters: frequencies come from
+``numpyro.prng_key()`` (or an explicit ``key``), the collapsed loss is a NumPyro ``ELBO``."""
 import jax
 import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.infer.elbo import ELBO
 
 from sparsegp_common.features import orthogonal as core
-from sparsegp_common.features.orthogonal import collapsed_moments, hermite_kuf, sampled_moments, spectral_terms
+from sparsegp_common.features.orthogonal import hermite_kuf, spectral_terms
+from sparsegp_common.objectives import vof_model
+from sparsegp_common.objectives.vof_model import collapsed_moments, sampled_moments
 
 from .features import Features, Kuf, Kuu  # noqa: F401  (importable from here, as before)
 from .likelihoods import Gaussian
@@ -26,12 +28,12 @@ _OrthogonalFeatures, HermiteFeatures, SpectralFeatures, FourierFeatures, Legendr
 
 
 def estimated_moments(prior, X, u=None, key=None):
-    """:func:`sparsegp_common.features.orthogonal.estimated_moments` of a bound prior, with frequencies
+    """:func:`sparsegp_common.objectives.vof_model.estimated_moments` of a bound prior, with frequencies
     from ``key`` (default ``numpyro.prng_key()``)."""
-    return core.estimated_moments(prior, X, u, key)
+    return vof_model.estimated_moments(prior, X, u, key)
 
 
-class VOFModel(core.VOFModel, GPModel):
+class VOFModel(vof_model.VOFModel, GPModel):
     _gaussian = Gaussian
 
 
@@ -41,7 +43,7 @@ class CollapsedELBO(ELBO):
     ``fit(..., loss=CollapsedELBO())``); ``num_particles`` independent estimates are averaged."""
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
-        owner = core.collapsed_owner(model, kwargs)
+        owner = vof_model.collapsed_owner(model, kwargs)
 
         def single(key):
             with handlers.seed(rng_seed=key), handlers.substitute(data=param_map):

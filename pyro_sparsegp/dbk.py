@@ -6,6 +6,7 @@ import torch
 from pyro import poutine
 from pyro.nn.module import PyroParam, to_pyro_module_
 
+from sparsegp_common.features.networks import network_classes
 from sparsegp_common.priors import dbk as common
 from sparsegp_common.priors.dbk import ExactDBKPosterior, SVDBKPosterior, correction, lowrank_lml, trace_penalty, weight_posterior
 
@@ -34,7 +35,7 @@ class _Network(torch.nn.Module):
         return self._forward(X)
 
 
-MLP, ResNet = common.network_classes(_Network, __name__)
+MLP, ResNet = network_classes(_Network, __name__)
 
 
 # ---------------------------------------------------------------- models

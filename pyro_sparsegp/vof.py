@@ -1,9 +1,12 @@
-"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.features.orthogonal`), as Pyro
-modules: frequencies come from torch's global RNG, the loss is a plain callable."""
+"""Variational orthogonal features (the formulas are :mod:`sparsegp_common.features.orthogonal` and
+:mod:`sparsegp_common.objectives.vof_model`), as Pyro modules: frequencies come from torch's global
+RNG, the loss is a plain callable."""
 import torch
 
 from sparsegp_common.features import orthogonal as core
-from sparsegp_common.features.orthogonal import collapsed_moments, hermite_kuf, sampled_moments, spectral_terms
+from sparsegp_common.features.orthogonal import hermite_kuf, spectral_terms
+from sparsegp_common.objectives import vof_model
+from sparsegp_common.objectives.vof_model import collapsed_moments, sampled_moments
 
 from .features import Features, Kuf, Kuu  # noqa: F401  (importable from here, as before)
 from .likelihoods import Gaussian
@@ -22,12 +25,12 @@ _OrthogonalFeatures, HermiteFeatures, SpectralFeatures, FourierFeatures, Legendr
 
 
 def estimated_moments(prior, X, u=None):
-    """:func:`sparsegp_common.features.orthogonal.estimated_moments` with torch's global RNG; call under
+    """:func:`sparsegp_common.objectives.vof_model.estimated_moments` with torch's global RNG; call under
     the prior's parameter context."""
-    return core.estimated_moments(prior, X, u)
+    return vof_model.estimated_moments(prior, X, u)
 
 
-class VOFModel(core.VOFModel, GPModel):
+class VOFModel(vof_model.VOFModel, GPModel):
     _gaussian = Gaussian
 
 
@@ -37,7 +40,7 @@ class CollapsedELBO:
     loss=CollapsedELBO())`` or ``fit(..., loss=CollapsedELBO())``)."""
 
     def __call__(self, model, guide, *args, **kwargs):
-        return -core.collapsed_owner(model, kwargs).elbo(*args)
+        return -vof_model.collapsed_owner(model, kwargs).elbo(*args)
 
     def loss(self, model, guide, *args, **kwargs):
         """The loss as a float."""

@@ -16,7 +16,7 @@ from test_cox import HIGH, LOW, OFFSET, cox
 from test_cox_polygon import L_SHAPE, in_l_shape
 
 from sparsegp_common.objectives import windows
-from sparsegp_common.objectives.cox import AnchoredDraws
+from sparsegp_common.inference.cox_simulation import AnchoredDraws
 
 
 def moments(X):

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from sparsegp_common.priors.dbk import STEP_NOISE, step_data, step_function
+from sparsegp_common.data.step import STEP_NOISE, step_data, step_function
 
 
 class Backend:

@@ -18,7 +18,6 @@ continuous form as the cells shrink.
 Random integration points draw from torch's global RNG in Pyro (seed it with
 ``pyro.set_rng_seed``) and from ``key``, by default ``numpyro.prng_key()``, in NumPyro.
 """
-import math
 import numbers
 import warnings
 
@@ -26,14 +25,11 @@ import numpy as np
 
 from sparsegp_common.adapt import Documented
 from sparsegp_common.dispatch import Dispatcher
+from sparsegp_common.inference import cox_simulation, plots
 from sparsegp_common.inference.prediction import Prediction
-from sparsegp_common.linalg import cholesky
-from sparsegp_common.objectives import windows
-from sparsegp_common.objectives import data_plate, data_scale
+from sparsegp_common.objectives import data_plate, data_scale, windows
 from sparsegp_common.ops import backend, device, namespace
 from sparsegp_common.priors import GPPrior
-from sparsegp_common.variational import PointMass
-from sparsegp_common.variational.conditionals import conditional
 
 
 def expected_intensity(mean, var, offset):
@@ -382,31 +378,7 @@ class CoxProcess(Documented):
         Returns:
             the ``Axes``.
         """
-        if self.window.dim != 2:
-            raise ValueError(f"plot_intensity draws 2-D windows, this one is {self.window.dim}-D")
-        stats = ("mean", "lower", "upper", "width")
-        if stat not in stats:
-            raise ValueError(f"stat must be one of {stats}, got {stat!r}")
-        import matplotlib.pyplot as plt
-
-        (x0, x1), (y0, y1) = self.window.bounds
-        steps = np.maximum(np.round(resolution * np.array([x1 - x0, y1 - y0]) / max(x1 - x0, y1 - y0)), 2).astype(int)
-        gx, gy = np.meshgrid(np.linspace(x0, x1, steps[0]), np.linspace(y0, y1, steps[1]))
-        grid = np.stack([gx.ravel(), gy.ravel()], axis=-1)
-        inside = self.window.contains(grid)  # a Polygon's or UserRule's shape; covariates may stop at it
-        pred = self.intensity(self._array(grid[inside]), quantiles=(0.025, 0.975), part=part, params=params)
-        mean, (low, high) = self._checks.host(pred.mean), self._checks.host(pred.quantiles)
-        values = np.full(len(grid), np.nan)
-        values[inside] = {"mean": mean, "lower": low, "upper": high, "width": (high - low) / mean}[stat]
-        ax = ax if ax is not None else plt.subplots(figsize=(6, 6 * (y1 - y0) / (x1 - x0) + 0.5))[1]
-        image = ax.pcolormesh(gx, gy, values.reshape(gx.shape), shading="auto", **{"cmap": "viridis", **kwargs})
-        if events is not None:
-            ax.plot(*self._checks.host(self._checks.as_array(events, "events")).T, ".", color="white", ms=3,
-                    mec="black", mew=0.3)
-        label = {"f": "intensity", "mean": "covariate part exp(m + offset)", "gp": "GP factor exp(g)"}[part]
-        ax.set(aspect="equal", title=f"{label}: {'95% band width / mean' if stat == 'width' else stat}")
-        ax.figure.colorbar(image, ax=ax, shrink=0.8)
-        return ax
+        return plots.plot_intensity(self, events, part, stat, resolution, ax, params, **kwargs)
 
     def simulate(self, num_samples=1, seed=0, params=None, batch_size=512, num_anchors=256):
         """Patterns from the posterior predictive by thinning (see ``sparsegp_common.objectives.windows.thin``):
@@ -415,7 +387,8 @@ class CoxProcess(Documented):
         kept with probability ``lambda(x) / bound`` under one draw of ``f`` from ``q`` at all the
         candidates (a draw that exceeds the bound somewhere is redrawn with the bound doubled).
 
-        The draw of ``f`` at the ``C`` candidates (:class:`AnchoredDraws`): with
+        The draw of ``f`` at the ``C`` candidates
+        (:class:`~sparsegp_common.inference.cox_simulation.AnchoredDraws`): with
         ``C <= batch_size``, one joint draw from the full covariance of ``q``. Beyond that (a
         dense ``C x C`` covariance needs ``8 C^2`` bytes: 3 GB at 20,000 candidates), ``f`` is
         drawn jointly at about ``num_anchors`` points on a grid over the window
@@ -439,108 +412,4 @@ class CoxProcess(Documented):
         Returns:
             a list of ``num_samples`` tensors (Pyro) or arrays (NumPyro) ``(n_s, d)``.
         """
-        checks = self._checks
-        num_samples = checks.positive_int(num_samples, "num_samples")
-        batch_size = checks.positive_int(batch_size, "batch_size")
-        anchors = windows.anchor_points(self.window, checks.positive_int(num_anchors, "num_anchors"))
-        grid = self.window.default_rule().layout(self.window).points
-        grid = self._array(np.concatenate([grid[self.window.contains(grid)], anchors]))  # a Polygon's inside only
-        mean, var = self._predict.predict_f(self.prior, grid, params=params)
-        xp = namespace(mean, var)
-        log_bound = float(xp.max(mean + 5 * xp.sqrt(var) + self._offset(grid)))
-
-        def moments(points):  # of log lambda = f + offset at NumPy points
-            X = self._array(points)
-            mean, cov = self._predict.predict_f(self.prior, X, full_cov=True, params=params)
-            return mean + self._offset(X), cov
-
-        draws = AnchoredDraws(moments, anchors, batch_size, checks.host)
-        rng = np.random.default_rng(seed)
-        patterns = [self._array(windows.thin(self.window, log_bound, draws, rng)) for _ in range(num_samples)]
-        if max(draws.unexplained, default=0.0) > 0.01:
-            warnings.warn(
-                f"CoxProcess.simulate: the {len(anchors)} anchor points left up to {max(draws.unexplained):.1%} of the "
-                "variance of f at the candidates, drawn independently per candidate (its correlation dropped); "
-                "pass a larger num_anchors for a closer joint draw.", UserWarning, stacklevel=2)
-        return patterns
-
-
-def padded(X, size):
-    """NumPy ``X`` ``(n, d)`` with its last row repeated up to ``size >= n`` rows."""
-    return np.concatenate([X, np.repeat(X[-1:], size - len(X), axis=0)])
-
-
-def simulation_jitter(cov):
-    """The jitter of :class:`AnchoredDraws`' factorisations: ``1e-6`` (float32: ``1e-4``) times
-    the mean variance on ``cov``'s diagonal, at least ``1e-12``."""
-    xp = namespace(cov)
-    scale = float(xp.mean(xp.linalg.diagonal(cov)))
-    return max(scale * (1e-6 if cov.dtype == xp.float64 else 1e-4), 1e-12)
-
-
-class AnchoredDraws:
-    """Draws of a Gaussian process ``g`` (``f + offset`` in :meth:`CoxProcess.simulate`) given only
-    through ``moments``, one per call, with memory linear in the number of points.
-
-    ``draws(X, seed)`` for ``C <= batch_size`` rows: ``mean + chol(cov + jitter I) eps``, the joint
-    draw. More: a joint draw ``y_R = mean_R + L_R eps_R`` at the ``R`` anchors (``L_R =
-    chol(cov_RR + jitter I)``, computed once; the jitter acts as an observation noise on the
-    anchors' values), then each batch ``B`` of rows from ``q(g_B | y_R)``, per row::
-
-        g_b = mean_b + v_b^T eps_R + sqrt(cov_bb - |v_b|^2) eps_b,    v_b = L_R^{-1} cov_Rb,
-
-    whose marginal is ``N(mean_b, cov_bb)`` exactly and whose covariance with the anchors and,
-    through them, with the other rows is ``q``'s; rows are independent given ``y_R``. Rows are
-    batched and padded on the host (a single joint draw to a power of two), so that NumPyro
-    compiles few shapes.
-
-    Args:
-        moments: ``moments(P) -> (mean (n,), cov (n, n))`` of ``g`` at NumPy points ``P (n, d)``,
-            in the backend's arrays.
-        anchors: NumPy ``(R, d)``.
-        batch_size: rows per batch.
-        host: the backend's ``checks.host`` (an array as NumPy).
-
-    Attributes:
-        unexplained: per call, the fraction of the variance drawn independently per row,
-            ``sum_b (cov_bb - |v_b|^2) / sum_b cov_bb`` (0 for a joint draw).
-    """
-
-    def __init__(self, moments, anchors, batch_size, host):
-        self.moments, self.anchors, self.batch_size, self.host = moments, anchors, batch_size, host
-        self.unexplained, self._factor = [], None
-
-    def anchor_factor(self):
-        """``L_R``, once."""
-        if self._factor is None:
-            _, cov = self.moments(self.anchors)
-            self._factor = cholesky(cov, simulation_jitter(cov))
-        return self._factor
-
-    def __call__(self, X, seed):
-        """One draw at the rows of NumPy ``X`` ``(C, d)``, from the NumPy ``seed``: NumPy ``(C,)``."""
-        rng, C, B = np.random.default_rng(seed), len(X), self.batch_size
-        if C <= B:
-            size = min(2 ** math.ceil(math.log2(max(C, 1))), B)
-            mean, cov = self.moments(padded(X, size))
-            L = cholesky(cov, simulation_jitter(cov))
-            self.unexplained.append(0.0)
-            return self.host(mean + (L @ self._normal(rng, size, L)[:, None])[:, 0])[:C]
-        L_R = self.anchor_factor()
-        xp, R = namespace(L_R), L_R.shape[0]
-        eps_R = self._normal(rng, R, L_R)
-        parts, residual, total = [], 0.0, 0.0
-        for start in range(0, C, B):
-            n = min(B, C - start)
-            mean, cov = self.moments(np.concatenate([self.anchors, padded(X[start : start + n], B)]))
-            marginal = xp.linalg.diagonal(cov)[R:]
-            shift, var = conditional(cov[:R, R:], L_R, marginal, PointMass(eps_R))  # given the anchors
-            g = mean[R:] + shift + xp.sqrt(var) * self._normal(rng, B, L_R)
-            parts.append(self.host(g)[:n])  # sliced on the host: a new shape would compile in NumPyro
-            residual, total = residual + self.host(var)[:n].sum(), total + self.host(marginal)[:n].sum()
-        self.unexplained.append(float(residual / max(total, np.finfo(np.float64).tiny)))
-        return np.concatenate(parts)
-
-    @staticmethod
-    def _normal(rng, n, like):
-        return namespace(like).asarray(rng.standard_normal(n), dtype=like.dtype, device=device(like))
+        return cox_simulation.simulate(self, num_samples, seed, params, batch_size, num_anchors)

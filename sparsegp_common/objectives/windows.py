@@ -407,7 +407,7 @@ def thin(window, log_bound, draw_log_intensity, rng, max_tries=10):
         window: the :class:`Window`.
         log_bound: log of the first dominating rate.
         draw_log_intensity: ``fn(candidates (C, d), seed) -> (C,)`` NumPy log-intensity of one
-            draw at the candidates (for a Cox process, :class:`~sparsegp_common.objectives.cox.AnchoredDraws`).
+            draw at the candidates (for a Cox process, :class:`~sparsegp_common.inference.cox_simulation.AnchoredDraws`).
         rng: a ``numpy.random.Generator``.
 
     Returns:

@@ -40,8 +40,9 @@ and fragile at large N / sigma^2). The difference ``y^T S^-1 y - |R^-1 b|^2`` ca
 ``log10(var y / sigma^2)`` digits, at most 6 of float64's 16 at the noise
 bound 1e-6.
 
-Also the backend-free pieces: option checks, the paper's defaults and the 1-D step function of
-its section 4.1 (Figures 1 and 3).
+Also the option checks and the paper's defaults; the networks are in
+:mod:`sparsegp_common.features.networks`, the step-function data of the paper's section 4.1 in
+:mod:`sparsegp_common.data.step`.
 """
 import math
 import numbers
@@ -50,6 +51,7 @@ import numpy as np
 
 from sparsegp_common import variational
 from sparsegp_common.checks import positive_int, probabilities
+from sparsegp_common.features.networks import check_basis_net
 from sparsegp_common.inference.prediction import Prediction
 from sparsegp_common.linalg import cholesky, solve_lower
 from sparsegp_common.ops import backend, device, namespace
@@ -60,105 +62,8 @@ from sparsegp_common.variational.conditionals import WeightSpace, add_prior
 NAMES = ["MLP", "ResNet", "ExactDBK", "ExactDBKPosterior", "SVDBK", "CalibratedSVDBK", "SVDBKPosterior", "correction",
          "lowrank_lml", "trace_penalty", "weight_posterior"]
 
-RANK = 128  # basis functions r (paper: 128 by default)
-HIDDEN = 128  # hidden units per layer (paper: 128, tanh)
-DEPTH = 2  # hidden layers of the MLP, residual blocks of the ResNet (paper: 2)
 NOISE_INIT = 1e-2  # sigma^2 at the start (paper)
 NOISE_LOWER_BOUND = 1e-6  # sigma^2 > 1e-6 (paper)
-STEP_NOISE = 0.01  # noise variance of the step-function data (paper section 4.1)
-
-
-def check_network(input_dim, rank, hidden, depth):
-    """``(input_dim, rank, hidden, depth)`` as positive ints, or a ValueError/TypeError naming the bad one."""
-    return (positive_int(input_dim, "input_dim"), positive_int(rank, "rank"), positive_int(hidden, "hidden"),
-            positive_int(depth, "depth"))
-
-
-def check_basis_net(net):
-    """A basis network must carry integer attributes ``input_dim`` and ``rank``; returns it."""
-    for attr in ("input_dim", "rank"):
-        if not isinstance(getattr(net, attr, None), int):
-            raise TypeError(f"net must have an integer attribute `{attr}` (as MLP and ResNet do)")
-    return net
-
-
-class _Network:
-    """What :class:`MLP` and :class:`ResNet` share in both backends: the checked sizes, the layers
-    in the order of their weights (``_assemble``) and the forward pass of the array API (one
-    ``(D,)`` row or ``(N, D)`` rows). A backend supplies a module base class (see
-    :func:`network_classes`) with ``_linears(sizes, dtype, seed)``, its linear layers of the
-    ``(in, out)`` sizes initialised from ``seed``, and ``_sequence(layers)``, a list of them."""
-
-    def __init__(self, input_dim, rank=RANK, hidden=HIDDEN, depth=DEPTH, *, dtype=None, seed=None):
-        super().__init__()
-        self.input_dim, self.rank, hidden, depth = check_network(input_dim, rank, hidden, depth)
-        self._assemble(self._linears(self._sizes(hidden, depth), dtype, seed))
-
-
-class MLP(_Network):
-    """Basis network ``phi(x) = W_out h_depth + b_out``, ``h_k = tanh(W_k h_{k-1} + b_k)``, ``h_0 = x``:
-    a ``torch.nn.Module`` in Pyro, an equinox module in NumPyro.
-
-    Args:
-        input_dim: D.
-        rank: number of basis functions r (the output size).
-        hidden: units per hidden layer.
-        depth: hidden layers.
-        dtype: parameter dtype (torch's default or JAX's default float when None).
-        seed: seeds the default initialisation of the backend (torch's: from the global RNG when
-            None, which is left as it was otherwise; equinox's: from 0 when None).
-
-    Maps inputs ``(N, D)`` to features ``(N, r)`` (NumPyro: also a single ``(D,)`` row to ``(r,)``).
-    """
-
-    _layers = ("hidden", "head")
-
-    def _sizes(self, hidden, depth):
-        inputs = [self.input_dim] + [hidden] * depth
-        return list(zip(inputs[:-1], inputs[1:])) + [(hidden, self.rank)]
-
-    def _assemble(self, layers):
-        self.hidden, self.head = self._sequence(layers[:-1]), layers[-1]
-
-    def _forward(self, h):
-        xp = namespace(h)
-        for layer in self.hidden:
-            h = xp.tanh(layer(h))
-        return self.head(h)
-
-
-class ResNet(_Network):
-    """Residual basis network: ``h_0 = W_in x + b_in``, ``h_k = h_{k-1} + tanh(W_k h_{k-1} + b_k)``,
-    ``phi(x) = W_out h_depth + b_out`` (our reading of the paper's 2-layer ResNet, section 4).
-
-    Args: as for :class:`MLP` (``depth`` counts residual blocks).
-    """
-
-    _layers = ("input", "blocks", "head")
-
-    def _sizes(self, hidden, depth):
-        return [(self.input_dim, hidden)] + [(hidden, hidden)] * depth + [(hidden, self.rank)]
-
-    def _assemble(self, layers):
-        self.input, self.blocks, self.head = layers[0], self._sequence(layers[1:-1]), layers[-1]
-
-    def _forward(self, x):
-        xp = namespace(x)
-        h = self.input(x)
-        for block in self.blocks:
-            h = h + xp.tanh(block(h))
-        return self.head(h)
-
-
-def network_classes(base, module):
-    """The backend's :class:`MLP` and :class:`ResNet`: each core network on the backend's module
-    class ``base`` (which comes after it, so ``super().__init__()`` reaches it), its layers
-    declared as fields, as equinox modules need (torch ignores the declaration)."""
-    return tuple(
-        type(base)(cls.__name__, (cls, base), {"__module__": module, "__qualname__": cls.__name__, "__doc__": cls.__doc__,
-                                               "__annotations__": dict.fromkeys(cls._layers, object)})
-        for cls in (MLP, ResNet)
-    )
 
 
 def check_flag(value, name):
@@ -174,34 +79,6 @@ def check_noise(noise, name="noise"):
     if not noise > NOISE_LOWER_BOUND:
         raise ValueError(f"{name} must exceed the lower bound {NOISE_LOWER_BOUND}, got {noise}")
     return float(noise)
-
-
-def step_function(x):
-    """The ground truth of the paper's section 4.1: a smoothed step (0.3, 0.9, -0.6, 0 on
-    ``(-inf, -0.6), (-0.6, 0), (0, 0.4), (0.4, inf)``) plus a small oscillation.
-
-    Args:
-        x: inputs of any shape.
-
-    Returns:
-        ``f_gt(x)``, same shape.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    s = lambda a: 0.5 * (1 + np.tanh(a / 2))  # noqa: E731  (logistic sigmoid without overflow)
-    a, b, c = s(200 * (x + 0.6)), s(200 * x), s(200 * (x - 0.4))
-    return 0.3 * (1 - a) + 0.9 * (a - b) - 0.6 * (b - c) + 0.01 * np.sin(50 * np.sin(10 * x))
-
-
-def step_data(num_data, seed=0, noise=STEP_NOISE):
-    """``num_data`` noisy samples of :func:`step_function` at ``x ~ U[-1, 1]``.
-
-    Returns:
-        ``(X (num_data, 1), y (num_data,))`` float64.
-    """
-    num_data = positive_int(num_data, "num_data")
-    rng = np.random.default_rng(seed)
-    X = rng.uniform(-1, 1, size=(num_data, 1))
-    return X, step_function(X[:, 0]) + np.sqrt(noise) * rng.normal(size=num_data)
 
 
 # ---------------------------------------------------------------- formulas
