@@ -2,6 +2,7 @@
 estimates of the data term from two independent frequency sets (:func:`collapsed_moments`, ``u``
 integrated out; :func:`sampled_moments`, given ``u``), and :class:`VOFModel`, the GP model whose
 data term they are. The features are in :mod:`sparsegp_common.features.orthogonal`."""
+from sparsegp_common.dispatch import Dispatcher
 from sparsegp_common.features import Kuf
 from sparsegp_common.features.orthogonal import HermiteFeatures, SpectralFeatures, spectral_terms
 from sparsegp_common.objectives import data_scale
@@ -46,24 +47,38 @@ def estimated_moments(prior, X, u=None, key=None):
     integrated over ``q(u)`` (``u=None``): exact for Hermite features, else from two fresh
     independent frequency sets drawn from ``key`` (see the module docstring). The prior's
     parameters must be readable (Pyro: under its parameter context; NumPyro: bound)."""
-    features, kernel = prior.features, prior.kernel
-    if u is None and not isinstance(features, SpectralFeatures):
+    return data_moments(prior.features, prior, X, u, key)
+
+
+#: ``data_moments(features, prior, X, u, key)``: :func:`estimated_moments` by the type of the features.
+#: Where the moments are estimates, the mean function shifts the estimate of ``E[f]`` and the
+#: second moment's estimate stays unbiased.
+data_moments = Dispatcher("data_moments")
+
+
+@data_moments.register(HermiteFeatures)
+def _hermite_moments(features, prior, X, u, key):
+    """Exact: ``q(f)`` (``u`` integrated out), or ``f`` given ``u`` (``Kff - |Kuf|^2 >= 0``, ``Kuu = I``)."""
+    if u is None:
         return prior.posterior().marginals(X)
-    Kff = kernel.K_diag(X)
-    if isinstance(features, SpectralFeatures):
-        keys = backend(X).split(features._sites.key(key), 2)
-        sets = [spectral_terms(features, kernel, *features.frequencies(k, X.dtype, device(X)), X) for k in keys]
-        if u is None:
-            moments = collapsed_moments(*sets, prior.family(prior.q_mu, prior.q_sqrt), Kff)
-        else:
-            moments = sampled_moments(*sets, u, Kff)
+    Kff = prior.kernel.K_diag(X)
+    K = Kuf(features, prior.kernel, X)
+    mean, var = conditional(K, None, Kff, PointMass(u))
+    # floored at Kff's round-off, not at 0: the quadrature's sqrt then has a finite derivative
+    return prior.plus_mean_function(mean, X), namespace(var).maximum(var, namespace(K).finfo(K.dtype).eps * Kff)
+
+
+@data_moments.register(SpectralFeatures)
+def _spectral_moments(features, prior, X, u, key):
+    """From two independent frequency sets drawn from ``key``."""
+    Kff = prior.kernel.K_diag(X)
+    keys = backend(X).split(features._sites.key(key), 2)
+    sets = [spectral_terms(features, prior.kernel, *features.frequencies(k, X.dtype, device(X)), X) for k in keys]
+    if u is None:
+        mean, var = collapsed_moments(*sets, prior.family(prior.q_mu, prior.q_sqrt), Kff)
     else:
-        K = Kuf(features, kernel, X)
-        mean, var = conditional(K, None, Kff, PointMass(u))  # f given u: Kff - |Kuf|^2 >= 0 (Kuu = I)
-        # floored at Kff's round-off, not at 0: the quadrature's sqrt then has a finite derivative
-        moments = mean, namespace(var).maximum(var, namespace(K).finfo(K.dtype).eps * Kff)
-    # the mean function shifts the estimate of E[f]; the second moment's estimate stays unbiased
-    return prior.plus_mean_function(moments[0], X), moments[1]
+        mean, var = sampled_moments(*sets, u, Kff)
+    return prior.plus_mean_function(mean, X), var
 
 
 class VOFModel:
