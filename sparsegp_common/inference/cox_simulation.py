@@ -20,19 +20,19 @@ def simulate(cox, num_samples, seed, params, batch_size, num_anchors):
     batch_size = checks.positive_int(batch_size, "batch_size")
     anchors = windows.anchor_points(cox.window, checks.positive_int(num_anchors, "num_anchors"))
     grid = cox.window.default_rule().layout(cox.window).points
-    grid = cox._array(np.concatenate([grid[cox.window.contains(grid)], anchors]))  # a Polygon's inside only
+    grid = cox.as_array(np.concatenate([grid[cox.window.contains(grid)], anchors]))  # a Polygon's inside only
     mean, var = cox._predict.predict_f(cox.prior, grid, params=params)
     xp = namespace(mean, var)
-    log_bound = float(xp.max(mean + 5 * xp.sqrt(var) + cox._offset(grid)))
+    log_bound = float(xp.max(mean + 5 * xp.sqrt(var) + cox.offset_at(grid)))
 
     def moments(points):  # of log lambda = f + offset at NumPy points
-        X = cox._array(points)
+        X = cox.as_array(points)
         mean, cov = cox._predict.predict_f(cox.prior, X, full_cov=True, params=params)
-        return mean + cox._offset(X), cov
+        return mean + cox.offset_at(X), cov
 
     draws = AnchoredDraws(moments, anchors, batch_size, checks.host)
     rng = np.random.default_rng(seed)
-    patterns = [cox._array(windows.thin(cox.window, log_bound, draws, rng)) for _ in range(num_samples)]
+    patterns = [cox.as_array(windows.thin(cox.window, log_bound, draws, rng)) for _ in range(num_samples)]
     if max(draws.unexplained, default=0.0) > 0.01:
         warnings.warn(
             f"CoxProcess.simulate: the {len(anchors)} anchor points left up to {max(draws.unexplained):.1%} of the "

@@ -16,7 +16,7 @@ def plot_intensity(cox, events, part, stat, resolution, ax, params, **kwargs):
     gx, gy = np.meshgrid(np.linspace(x0, x1, steps[0]), np.linspace(y0, y1, steps[1]))
     grid = np.stack([gx.ravel(), gy.ravel()], axis=-1)
     inside = cox.window.contains(grid)  # a Polygon's or UserRule's shape; covariates may stop at it
-    pred = cox.intensity(cox._array(grid[inside]), quantiles=(0.025, 0.975), part=part, params=params)
+    pred = cox.intensity(cox.as_array(grid[inside]), quantiles=(0.025, 0.975), part=part, params=params)
     mean, (low, high) = cox._checks.host(pred.mean), cox._checks.host(pred.quantiles)
     values = np.full(len(grid), np.nan)
     values[inside] = {"mean": mean, "lower": low, "upper": high, "width": (high - low) / mean}[stat]

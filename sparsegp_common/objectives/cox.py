@@ -91,10 +91,10 @@ class EventsForm:
         sites.factor(f"{cox.name}.integral", -cox._integral(posterior))
         with data_plate(sites, cox.name, events.shape[0], cox.num_events, subsample_size, events) as select:
             Xb = select(events)
-            sites.factor(f"{cox.name}.log_intensity", posterior.marginals(Xb)[0] + cox._offset(Xb))
+            sites.factor(f"{cox.name}.log_intensity", posterior.marginals(Xb)[0] + cox.offset_at(Xb))
 
     def data_term(self, cox, posterior, events, key):
-        log_intensity = posterior.marginals(events)[0] + cox._offset(events)
+        log_intensity = posterior.marginals(events)[0] + cox.offset_at(events)
         scale = data_scale(cox.num_events, events.shape[0])
         return scale * namespace(log_intensity).sum(log_intensity) - cox._integral(posterior, key)
 
@@ -203,12 +203,14 @@ class CoxProcess(Documented):
 
     # ------------------------------------------------------------ pieces of the objective
 
-    def _array(self, a):
-        """``a`` in the dtype (and on the device) of the prior's parameters."""
+    def as_array(self, a):
+        """``a`` (points, weights: NumPy or the backend's arrays) in the dtype and on the device of
+        the prior's parameters."""
         like = self.prior.first_parameter()
         return namespace(like).asarray(a, dtype=like.dtype, device=device(like))
 
-    def _offset(self, X):
+    def offset_at(self, X):
+        """The known log-intensity ``offset`` at ``X (N, d)``, shape ``(N,)``, in ``X``'s dtype."""
         xp = namespace(X)
         if callable(self.offset):
             return xp.broadcast_to(self._checks.as_array(self.offset(X), "offset(X)", like=X), X.shape[:1])
@@ -231,13 +233,13 @@ class CoxProcess(Documented):
         one evaluation; ``fixed``: the rule's fixed stand-in for random nodes, all of them (the
         sampled models)."""
         layout = self.layout
-        points, weights = self._array(layout.points), self._array(layout.weights)
+        points, weights = self.as_array(layout.points), self.as_array(layout.weights)
         draw = self.rule.random and not fixed
         subsample = self.integration_batch is not None and not fixed
         ops = backend(points)
         if draw or subsample:
             key_points, key_index = ops.split(self._sites.key(key), 2)
-        widths = None if layout.widths is None else self._array(layout.widths)
+        widths = None if layout.widths is None else self.as_array(layout.widths)
         uniform = ops.uniform(key_points, points.shape, points.dtype, device(points)) if draw else None
         points = self.rule.nodes(points, widths, uniform)
         points, weights = self.window.restrict(points, weights)
@@ -249,13 +251,13 @@ class CoxProcess(Documented):
     def _integral(self, posterior, key=None):
         """``sum_j w_j E_q[lambda(points_j)]``: the rule's estimate of ``int_W E_q[lambda]``."""
         points, weights, _ = self._points(key)
-        return namespace(weights).sum(weights * expected_intensity(*posterior.marginals(points), self._offset(points)))
+        return namespace(weights).sum(weights * expected_intensity(*posterior.marginals(points), self.offset_at(points)))
 
     def counts(self, events):
         """Events per cell of a :class:`~sparsegp_common.objectives.windows.Binned` rule: ``(P,)``."""
         layout = self.layout
         xp, ops = namespace(events), backend(events)
-        cells = ops.as_index(xp.floor((events - self._array(layout.low)) / self._array(layout.widths)))
+        cells = ops.as_index(xp.floor((events - self.as_array(layout.low)) / self.as_array(layout.widths)))
         cells = xp.clip(cells, 0, xp.asarray(layout.shape, dtype=cells.dtype, device=device(cells)) - 1)
         flat = xp.sum(cells * xp.asarray(layout.strides, dtype=cells.dtype, device=device(cells)), axis=-1)
         return ops.bincount(flat, len(layout.weights), events.dtype)
@@ -267,7 +269,7 @@ class CoxProcess(Documented):
         counts = self.counts(events) if index is None else self.counts(events)[index]
         scale = 1.0 if index is None else len(self.layout.weights) / len(index)
         mean, var = posterior.marginals(points)
-        offset = self._offset(points)
+        offset = self.offset_at(points)
         cell = weights / scale
         xp = namespace(mean, var)
         terms = (counts * (xp.log(cell) + mean + offset) - cell * expected_intensity(mean, var, offset)
@@ -330,7 +332,7 @@ class CoxProcess(Documented):
         points, weights, _ = self._points(fixed=True)
         X = self.form.sampled_inputs(events, points)
         f = self.prior.model(X, self._sites.plate(f"{self.name}.sites", X.shape[0], like=X))
-        return self.form.observe(self, events, points, weights, X, f + self._offset(X))
+        return self.form.observe(self, events, points, weights, X, f + self.offset_at(X))
 
     def sampled_guide(self, events):
         """The guide of :meth:`sampled_model`."""
@@ -360,7 +362,7 @@ class CoxProcess(Documented):
         mean, var = self._predict.predict_f(self.prior, X, batch_size=batch_size, part=part, params=params)
         if part != "gp":
             X = backend(mean).cast_like(self._checks.inputs(X, "X", self.window.dim), mean)
-            mean = mean + backend(mean).stop_gradient(self._offset(X))  # a prediction, as predict_f's moments
+            mean = mean + backend(mean).stop_gradient(self.offset_at(X))  # a prediction, as predict_f's moments
         return Prediction(*lognormal_summary(mean, var, levels))
 
     def plot_intensity(self, events=None, part="f", stat="mean", resolution=100, ax=None, params=None, **kwargs):

@@ -12,7 +12,7 @@ whitening is the identity. The strategies say which ``B``: :class:`Whitened` and
 :class:`Unwhitened` here; decoupled and weight-space strategies reuse :func:`conditional`.
 """
 from sparsegp_common.linalg import solve_lower
-from sparsegp_common.ops import namespace
+from sparsegp_common.ops import device, namespace
 
 __all__ = ["Unwhitened", "WeightSpace", "Whitened", "add_prior", "conditional", "prior_covariance", "strategy",
            "update"]  # what the backends re-export
@@ -49,13 +49,20 @@ def update(Kuf, Luu, q, *, whiten=True, full_cov=False, cross=None):
     xp = namespace(Kuf, Luu)
     A = Kuf if Luu is None else solve_lower(Luu, Kuf)
     B = A if (whiten or Luu is None) else solve_lower(Luu, A, transpose=True)
-    mean = (q.q_mu[..., None, :] @ B)[..., 0, :]
-    SB = q.scale_project(B)  # None: q without covariance (a point mass)
-    if full_cov:
-        change = -(A.mT @ A) if SB is None else SB.mT @ SB - A.mT @ A
-    else:
-        change = -xp.sum(A**2, axis=-2) if SB is None else xp.sum(SB**2, axis=-2) - xp.sum(A**2, axis=-2)
+    mean, explained = project(q, B, full_cov)
+    prior = A.mT @ A if full_cov else xp.sum(A**2, axis=-2)
+    change = -prior if explained is None else explained - prior
     return (mean, change) if cross is None else (mean, change, B.mT @ cross)
+
+
+def project(q, B, full_cov=False):
+    """``B^T q_mu`` (``batch_shape + (N,)``) and ``B^T S B`` (its diagonal unless ``full_cov``;
+    None for a q without covariance, a point mass): q's part of :func:`update`."""
+    mean = (q.q_mu[..., None, :] @ B)[..., 0, :]
+    SB = q.scale_project(B)
+    if SB is None:
+        return mean, None
+    return mean, (SB.mT @ SB if full_cov else namespace(SB).sum(SB**2, axis=-2))
 
 
 def add_prior(Kff, change, full_cov=False):
@@ -148,10 +155,10 @@ class WeightSpace(Whitened):
     def update(self, Kuf, Luu, q, full_cov=False, cross=None):
         if Luu is not None:
             raise ValueError("weight-space features have Kuu = I: pass Luu=None")
-        xp = namespace(Kuf)
-        mean = (q.q_mu[..., None, :] @ Kuf)[..., 0, :]
-        SB = q.scale_project(Kuf)
-        change = SB.mT @ SB if full_cov else xp.sum(SB**2, axis=-2)
+        mean, change = project(q, Kuf, full_cov)
+        if change is None:  # a point mass over the weights changes no covariance
+            shape = mean.shape + (mean.shape[-1],) * full_cov
+            change = namespace(mean).zeros(shape, dtype=mean.dtype, device=device(mean))
         return (mean, change) if cross is None else (mean, change, Kuf.mT @ cross)
 
 
