@@ -15,6 +15,7 @@ SUITES = {
     "vof": "benchmarks.vof",
     "dbk": "benchmarks.dbk",
     "export": "benchmarks.export",
+    "harmonic": "benchmarks.harmonic",
 }
 
 

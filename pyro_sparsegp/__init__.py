@@ -1,5 +1,5 @@
 """Scalable variational Gaussian-process priors for Pyro."""
-from . import conditionals, datasets, dbk, kernels, likelihoods, mean_functions, quadrature, variational, vof
+from . import conditionals, datasets, dbk, harmonic, kernels, likelihoods, mean_functions, quadrature, variational, vof
 from .conditionals import conditional
 from .cox import Binned, CoxEvents, CoxProcess, GaussLegendre, Interval, PixelRule, Polygon, Rectangle, StratifiedMC, UserRule
 from .dbk import ExactDBK, SVDBK, SVDBKPosterior
@@ -7,6 +7,7 @@ from .decoupled import DecoupledGP
 from .diagnostics import to_inference_data
 from .distributions import ExpectedLikelihood
 from .features import Features, InducingPoints, Kuf, Kuu
+from .harmonic import HarmonicFeatures
 from .kernels import RBF, Matern12, Matern32, Matern52, Product, SquaredExponential, Sum
 from .likelihoods import Bernoulli, Gaussian, Poisson, Softmax, StudentT
 from .linalg import CholeskyError, cholesky
@@ -21,11 +22,11 @@ from .vof import CollapsedELBO, FourierFeatures, HermiteFeatures, LegendreFeatur
 __all__ = [
     "Bernoulli", "Binned", "CholeskyError", "CollapsedELBO", "Constant", "Covariates", "CoxEvents", "CoxProcess",
     "DecoupledGP", "ExactDBK", "ExpectedLikelihood", "Features", "FitResult", "FourierFeatures",
-    "GPModel", "GPPrior", "GaussLegendre", "Gaussian", "HermiteFeatures", "InducingPoints",
+    "GPModel", "GPPrior", "GaussLegendre", "Gaussian", "HarmonicFeatures", "HermiteFeatures", "InducingPoints",
     "Interval", "Kuf", "Kuu", "LegendreFeatures", "Linear", "MeanFunction", "Matern12", "Matern32", "Matern52", "PixelRule",
     "Poisson", "Polygon", "Prediction", "Product", "RBF", "Raster", "Rectangle", "SVDBK", "SVDBKPosterior", "SVGP", "Softmax",
     "SpectralFeatures", "SquaredExponential", "StratifiedMC", "StudentT", "Sum", "UserRule",
-    "VOFModel", "Zero", "cholesky", "conditional", "conditionals", "datasets", "dbk", "fit", "kernels",
+    "VOFModel", "Zero", "cholesky", "conditional", "conditionals", "datasets", "dbk", "fit", "harmonic", "kernels",
     "likelihoods", "mean_functions", "predict_f", "predict_y", "quadrature", "sample_f", "to_inference_data",
     "variational", "vof",
 ]

@@ -459,3 +459,72 @@ def expected_squared_error(Sigma, f, noise):
     Sigma_inv = np.linalg.inv(Sigma)
     K = Sigma - noise * np.eye(len(f))
     return noise**2 * np.sum((Sigma_inv @ f) ** 2) + noise * np.sum((Sigma_inv @ K) ** 2)
+
+
+# ---------------------------------------------------------------- harmonic decomposition
+
+
+def harmonic_weights(order):
+    """Real weights from the complex DFT (Sun et al. 2021, Sec. 3.1): ``F[t, s] = exp(-2 pi i t s / T) / T``
+    and ``k_t + k_{T-t} = 2 Re k_t`` for the paired frequencies; rows ``0 .. floor(T/2)``."""
+    s = np.arange(order)
+    F = np.exp(-2j * np.pi * np.outer(s, s) / order) / order
+    rows = [F[t] if t == 0 or 2 * t == order else F[t] + F[order - t] for t in range(order // 2 + 1)]
+    return np.real(np.array(rows))
+
+
+def harmonic_covariances(k, elements, W, Z, X):
+    """Covariances of ``u_t = sum_s W[t, s] f(G^s Z_t)`` from the joint prior of ``f`` at every orbit
+    point: ``K_UU`` ``(T m, T m)`` (dense, off-diagonal blocks included) and ``K_Uf`` ``(T m, N)``.
+    ``elements``: the group's maps ``G^s`` as NumPy functions, in the order of W's columns."""
+    T, S = W.shape
+    m = Z.shape[1]
+    P = np.concatenate([G(Z[t]) for t in range(T) for G in elements])  # (T S m, D)
+    C = np.zeros((T * m, T * S * m))
+    for t in range(T):
+        for s in range(S):
+            C[t * m:(t + 1) * m, (t * S + s) * m:(t * S + s + 1) * m] = W[t, s] * np.eye(m)
+    return C @ k(P, P) @ C.T, C @ k(P, X)
+
+
+def block_q_predict(KUU, KUf, Kff, q_mu, q_sqrt, jitter, whiten=True):
+    """q(f) of an SVGP on inducing variables with prior covariance ``KUU`` (T blocks of m) and
+    ``q(u_t) = N(q_mu[t], S_t)`` independent per block (whitened per block by ``chol(K_t)``), with
+    dense inverses over the whole ``KUU``: mean ``(N,)``, covariance ``(N, N)`` and the KL."""
+    T, m = q_mu.shape
+    KUU = KUU + jitter * np.eye(T * m)
+    mean_u, S_u, kl = np.zeros(T * m), np.zeros((T * m, T * m)), 0.0
+    for t in range(T):
+        block = slice(t * m, (t + 1) * m)
+        S = covariance(q_sqrt[t])
+        L = np.linalg.cholesky(KUU[block, block]) if whiten else np.eye(m)
+        mean_u[block], S_u[block, block] = L @ q_mu[t], L @ S @ L.T
+        prior = np.eye(m) if whiten else KUU[block, block]
+        kl += gaussian_kl(q_mu[t], S, np.zeros(m), prior)
+    P = np.linalg.solve(KUU, KUf).T
+    return P @ mean_u, Kff - P @ KUf + P @ S_u @ P.T, kl
+
+
+def harmonic_component_predict(k, elements, W, Z, X, q_mu, q_sqrt, jitter):
+    """q(f_t(X)) of each component ``f_t(x) = sum_s W[t, s] f(G^s x)`` (the real projection of the
+    harmonic decomposition), from the joint prior of ``f`` at the orbits of ``X`` and of every
+    ``Z_t``, conditioned on whitened per-block ``q(u_t)``: means and variances ``(T, N)``."""
+    T, S = W.shape
+    n, m = len(X), Z.shape[1]
+    P = np.concatenate([G(X) for G in elements] + [G(Z[t]) for t in range(T) for G in elements])
+    CX, CU = np.zeros((T * n, S * n)), np.zeros((T * m, T * S * m))
+    for t in range(T):
+        for s in range(S):
+            CX[t * n:(t + 1) * n, s * n:(s + 1) * n] = W[t, s] * np.eye(n)
+            CU[t * m:(t + 1) * m, (t * S + s) * m:(t * S + s + 1) * m] = W[t, s] * np.eye(m)
+    C = np.block([[CX, np.zeros((T * n, CU.shape[1]))], [np.zeros((T * m, CX.shape[1])), CU]])
+    K = C @ k(P, P) @ C.T
+    KFF, KFU, KUU = K[:T * n, :T * n], K[:T * n, T * n:], K[T * n:, T * n:] + jitter * np.eye(T * m)
+    mean_u, S_u = np.zeros(T * m), np.zeros((T * m, T * m))
+    for t in range(T):
+        block = slice(t * m, (t + 1) * m)
+        L = np.linalg.cholesky(KUU[block, block])
+        mean_u[block], S_u[block, block] = L @ q_mu[t], L @ covariance(q_sqrt[t]) @ L.T
+    P_ = np.linalg.solve(KUU, KFU.T).T
+    var = np.diag(KFF - P_ @ KFU.T + P_ @ S_u @ P_.T)
+    return (P_ @ mean_u).reshape(T, n), var.reshape(T, n)

@@ -113,6 +113,21 @@ def test_decoupled_quick(tmp_path):
                 assert math.isfinite(row["rmse"]) and row["rmse"] > 0 and math.isfinite(row["nlpd"])
 
 
+@pytest.mark.slow
+def test_harmonic_quick(tmp_path):
+    stdout, rows = run_suite("harmonic", tmp_path)
+    lines = table_lines(stdout)
+    assert lines[0].startswith("| m | HVGP (Pyro) | HVGP (NumPyro, jit) | SVGP (Pyro) M=1m |")
+    assert len(lines) == 2 + len(rows) and len(rows) == 1
+    row = rows[0]
+    check_meta(row, "harmonic")
+    assert row["T"] == 8 and row["multiples"] == [1, 8]
+    for backend in ("pyro", "numpyro"):
+        assert row[f"hvgp_over_svgp_{backend}"] == pytest.approx(row[f"seconds_hvgp_{backend}"] / row[f"seconds_ours_{backend}_1"])
+        assert row[f"svgp_over_hvgp_{backend}"] == pytest.approx(row[f"seconds_ours_{backend}_8"] / row[f"seconds_hvgp_{backend}"])
+    assert row["seconds_gpytorch_8"] > 0
+
+
 def test_train_for_gives_each_runner_the_budget():
     from benchmarks.decoupled import train_for
 

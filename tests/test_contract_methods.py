@@ -35,6 +35,7 @@ def build(lib, array, method):
         "decoupled": lambda: lib.DecoupledGP(lib.Matern52(lengthscale=ls), Z, Z[:4]),
         "hermite": lambda: lib.SVGP(lib.RBF(lengthscale=ls), lib.HermiteFeatures(4, array([1.0, 1.0]), kernel=lib.RBF(lengthscale=ls))),
         "bernoulli": lambda: lib.SVGP(lib.Matern32(lengthscale=ls), Z),
+        "harmonic": lambda: lib.SVGP(lib.RBF(lengthscale=ls), lib.HarmonicFeatures(Z, lib.harmonic.Reflections.along_axes([[0], [1]]))),
     }
     likelihood = lib.Bernoulli() if method == "bernoulli" else gaussian
     model = lib.GPModel(priors[method](), likelihood, num_data=N)
@@ -42,7 +43,7 @@ def build(lib, array, method):
     return model.model, model.guide, (X, target), model.predict_f
 
 
-METHODS = ["svgp", "svgp-unwhitened-diagonal", "decoupled", "hermite", "bernoulli", "cox"]
+METHODS = ["svgp", "svgp-unwhitened-diagonal", "decoupled", "hermite", "bernoulli", "cox", "harmonic"]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -4,6 +4,8 @@
 features are orthonormal by construction, ``Kuu = I``) and ``Kuf(features, kernel, X)``
 (``batch_shape + (M, N)``) dispatch on the pair of types, as in GPflow: a new kind of feature
 (inter-domain, orthogonal, harmonic) subclasses :class:`Features` and registers its own pair.
+Features with a component axis also answer ``component_variances(features, kernel, X)``: each
+component's prior variance ``k_t(x, x)``, ``component_shape + (N,)``.
 """
 from sparsegp_common.dispatch import Dispatcher
 from sparsegp_common.kernels import Kernel
@@ -11,6 +13,7 @@ from sparsegp_common.ops import namespace
 
 Kuu = Dispatcher("Kuu")
 Kuf = Dispatcher("Kuf")
+component_variances = Dispatcher("component_variances")
 
 
 class Features:
@@ -27,11 +30,13 @@ class Features:
 
     @property
     def num_inducing(self):
-        raise NotImplementedError
+        """M, from the inducing inputs ``Z`` (``..., M, D``) of features located at inputs; other
+        features override it."""
+        return self.Z.shape[-2]
 
     @property
     def input_dim(self):
-        raise NotImplementedError
+        return self.Z.shape[-1]
 
 
 class InducingPoints(Features):
@@ -42,14 +47,6 @@ class InducingPoints(Features):
         Z = self._checks.inputs(Z, "Z")
         self._param("Z", namespace(Z).asarray(Z, copy=True))
 
-    @property
-    def num_inducing(self):
-        return self.Z.shape[-2]
-
-    @property
-    def input_dim(self):
-        return self.Z.shape[-1]
-
 
 @Kuu.register(InducingPoints, Kernel)
 def _kuu_points(features, kernel):
@@ -59,6 +56,16 @@ def _kuu_points(features, kernel):
 @Kuf.register(InducingPoints, Kernel)
 def _kuf_points(features, kernel, X):
     return kernel.K(features.Z, X)
+
+
+@component_variances.register(Features, Kernel)
+def _kernel_components(features, kernel, X):
+    """A kernel with a batch axis per component (an additive model) holds each ``k_t(x, x)``."""
+    K = kernel.K_diag(X)
+    if K.ndim < len(features.component_shape) + 1:
+        raise ValueError(f"{type(features).__name__} do not say how their components split k(x, x): register "
+                         "component_variances for them and the kernel")
+    return K
 
 
 CLASSES = (InducingPoints,)

@@ -31,3 +31,30 @@ def trace_floor(kernel, X, rank):
     K = backend(X).stop_gradient(kernel.K(xp.astype(X, xp.float64)))
     eigenvalues = xp.linalg.eigvalsh(xp.astype(K, xp.float64))  # ascending
     return float(xp.sum(eigenvalues[: n - int(rank)])) / n
+
+
+def trace_error(kernel, features, X, jitter=1e-6):
+    """The Nystrom trace error of inducing ``features`` on the inputs ``X (N, D)``:
+    ``sum_n [k(x_n, x_n) - sum_t q_t(x_n, x_n)]``, ``q_t = k_t(x, Z_t) K_t^{-1} k_t(Z_t, x)``, over
+    the components of features that declare them (Sun et al., 2021, Eq. 24: the diagnostic that
+    compares transformations of a harmonic decomposition before training), one term otherwise.
+    Its mean over N is what :func:`trace_floor` bounds from below for ``M`` features.
+
+    Args:
+        kernel, features: a kernel and features of either backend (current values; no gradient).
+        X: inputs ``(N, D)``.
+        jitter: added to the diagonal of ``Kuu``.
+
+    Returns:
+        The error, a float (non-negative up to round-off).
+    """
+    from sparsegp_common.features import Kuf, Kuu
+    from sparsegp_common.linalg import cholesky, solve_lower
+    from sparsegp_common.variational.conditionals import prior_covariance
+
+    ops, xp = backend(X), namespace(X)
+    K, A = Kuu(features, kernel), Kuf(features, kernel, X)
+    if K is not None:
+        A = solve_lower(cholesky(K, jitter), A)
+    Kff = prior_covariance(kernel, X, tuple(features.component_shape), ())
+    return float(ops.stop_gradient(xp.sum(Kff) - xp.sum(A**2)))

@@ -15,7 +15,7 @@ from sparsegp_common.linalg import cholesky
 from sparsegp_common.ops import backend
 
 
-PARTS = ("f", "mean", "gp")
+PARTS = ("f", "mean", "gp", "components")
 
 
 class Prediction(NamedTuple):
@@ -65,7 +65,9 @@ PREDICT_F = """Moments of ``q(f(X))``.
             ``X`` is not batched.
         batch_size: rows per batch for the diagonal case (memory is O(batch_size * M)).
         part: ``"f"`` (``f = m + g``), ``"mean"`` (the prior's mean function ``m``: zero
-            variance) or ``"gp"`` (the zero-mean GP ``g``).
+            variance), ``"gp"`` (the zero-mean GP ``g``) or ``"components"`` (each component
+            ``g_t`` of ``g = sum_t g_t``, for features with a component axis such as
+            ``HarmonicFeatures``: mean and variance ``(N, T)``, ``(N, T, L)``).
         params: optional ``{name: value}`` parameter values (e.g. ``FitResult.params``); by
             default the trained values ``fit`` leaves.
 

@@ -105,8 +105,8 @@ class GPModel(Documented):
             return scale * likelihood.expected_log_prob(y, mean, var, key=key).sum() - posterior.kl()
 
     def predict_f(self, X, full_cov=False, batch_size=4096, part="f", params=None):
-        """Moments of ``q(f(X))`` (``part``: ``"f"``, the mean function's ``"mean"`` or the
-        GP's ``"gp"``); see the backend's ``predict.predict_f``."""
+        """Moments of ``q(f(X))`` (``part``: ``"f"``, the mean function's ``"mean"``, the GP's
+        ``"gp"`` or its ``"components"``); see the backend's ``predict.predict_f``."""
         return self._predict.predict_f(self.prior, X, full_cov=full_cov, batch_size=batch_size, part=part,
                                        params=params)
 

@@ -29,6 +29,25 @@ from sparsegp_common.ops import namespace
 from sparsegp_common.priors.mean_functions import CoupledMean, MeanFunction, MeanShifted, Zero, add_mean
 
 
+class Components:
+    """The components ``g_t`` of the zero-mean GP ``g = sum_t g_t`` of a prior whose features
+    declare a component axis (e.g. the harmonic decomposition's even and odd parts): marginals
+    of shape ``(N, T)`` (``(N, T, L)`` with ``num_latent``), variances only."""
+
+    def __init__(self, posterior):
+        if len(getattr(posterior, "component_shape", ())) != 1 or not hasattr(posterior, "component_marginals"):
+            raise ValueError("part='components' needs a prior whose features declare one component axis "
+                             "(e.g. HarmonicFeatures)")
+        self.posterior = posterior
+
+    def marginals(self, X, full_cov=False):
+        if full_cov:
+            raise ValueError("part='components' gives variances (full_cov=False)")
+        moments = self.posterior.component_marginals(X)
+        xp = namespace(*moments)
+        return tuple(xp.permute_dims(a, (a.ndim - 1,) + tuple(range(a.ndim - 1))) for a in moments)
+
+
 class GPPrior:
     """Base class of GP prior components; see the module docstring."""
 
@@ -64,8 +83,11 @@ class GPPrior:
 
     def posterior(self, part="f"):
         """``q`` of this component with its parameters read once: ``marginals`` of ``f = m + g``
-        (``part="f"``), of the mean function ``m`` alone (``"mean"``) or of the GP ``g`` alone
-        (``"gp"``); ``kl``, ``q_u`` and ``prior_u`` are the GP's."""
+        (``part="f"``), of the mean function ``m`` alone (``"mean"``), of the GP ``g`` alone
+        (``"gp"``) or of each component ``g_t`` of ``g = sum_t g_t`` (``"components"``: features
+        with a component axis, see :class:`Components`); ``kl``, ``q_u`` and ``prior_u`` are the GP's."""
+        if part == "components":
+            return Components(self._posterior())
         return self._with_mean(self._posterior(), part)
 
     def _with_mean(self, posterior, part="f"):
@@ -110,8 +132,8 @@ class GPPrior:
     def predict_f(self, X, full_cov=False, batch_size=4096, part="f", params=None):
         """Moments of ``q(f(X))``: mean ``(N,)`` (``(N, L)`` for L latents) and variance of
         the same shape, or covariance ``(N, N)`` (``(L, N, N)``) when ``full_cov``; ``part``:
-        ``"f"``, the mean function's ``"mean"`` or the GP's ``"gp"``; see the backend's
-        ``predict.predict_f``."""
+        ``"f"``, the mean function's ``"mean"``, the GP's ``"gp"`` or its ``"components"``
+        (``(N, T)``); see the backend's ``predict.predict_f``."""
         return self._predict.predict_f(self, X, full_cov=full_cov, batch_size=batch_size, part=part, params=params)
 
     def inspect(self, params=None):

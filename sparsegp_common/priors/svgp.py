@@ -3,7 +3,7 @@ import functools
 import numbers
 
 from sparsegp_common import checks, variational
-from sparsegp_common.features import Features, InducingPoints, Kuf, Kuu
+from sparsegp_common.features import Features, InducingPoints, Kuf, Kuu, component_variances
 from sparsegp_common.linalg import cholesky, solve_lower
 from sparsegp_common.ops import backend, device, namespace
 from sparsegp_common.priors import GPPrior
@@ -70,7 +70,7 @@ class SVGP(GPPrior):
 
     def posterior_factor(self):
         """Cholesky factor of ``Kuu`` at the current parameters (None when ``Kuu = I``)."""
-        return _factor(self.features, self.kernel, self.jitter, self.cholesky_dtype)
+        return _factor(self, self.features, self.kernel)
 
     def _posterior(self):
         return SVGPPosterior(self)
@@ -97,7 +97,7 @@ class SVGPPosterior:
 
     @functools.cached_property
     def Luu(self):
-        return _factor(self.features, self.kernel, self.jitter, self.cholesky_dtype)
+        return _factor(self, self.features, self.kernel)
 
     def kl(self):
         return self.q.kl(self.strategy.prior_factor(self.Luu))
@@ -134,7 +134,8 @@ class SVGPPosterior:
 
     def marginals(self, X, full_cov=False, cross=None):
         """Moments of ``q(f(X))``; with ``cross``, also ``B^T cross`` ``latent_shape + (N, P)``."""
-        moments = self.strategy.update(Kuf(self.features, self.kernel, X), self.Luu, self.q, full_cov, cross)
+        Kfu = _latent_axes(Kuf(self.features, self.kernel, X), self.component_shape, self.latent_shape)
+        moments = self.strategy.update(Kfu, self.Luu, self.q, full_cov, cross)
         mean, change = sum_components(*moments[:2], self.component_shape, self.latent_shape, X.shape[0], full_cov)
         Kff = prior_covariance(self.kernel, X, self.component_shape, self.latent_shape, full_cov)
         var = add_prior(Kff, change, full_cov)
@@ -147,7 +148,26 @@ class SVGPPosterior:
             Bc = namespace(Bc).sum(Bc, axis=tuple(range(len(self.component_shape))))
         return mean, var, Bc
 
+    def component_marginals(self, X):
+        """``q(g_t(X))`` of each component of ``g = sum_t g_t`` (the zero-mean GP): mean and
+        variance ``component_shape + latent_shape + (N,)``, the prior variance of each from
+        :data:`~sparsegp_common.features.component_variances`."""
+        Kfu = _latent_axes(Kuf(self.features, self.kernel, X), self.component_shape, self.latent_shape)
+        mean, change = self.strategy.update(Kfu, self.Luu, self.q)
+        Kff = component_variances(self.features, self.kernel, X)
+        Kff = namespace(Kff).reshape(Kff, tuple(Kff.shape[:-1]) + (1,) * len(self.latent_shape) + tuple(Kff.shape[-1:]))
+        return mean, add_prior(Kff, change)
 
-def _factor(features, kernel, jitter, cholesky_dtype):
-    K = Kuu(features, kernel)
-    return None if K is None else cholesky(K, jitter, dtype=cholesky_dtype)
+
+def _factor(prior, features, kernel):
+    K = _latent_axes(Kuu(features, kernel), prior.component_shape, prior.latent_shape)
+    return None if K is None else cholesky(K, prior.jitter, dtype=prior.cholesky_dtype)
+
+
+def _latent_axes(K, component_shape, latent_shape):
+    """Covariances with the component axes only (the features do not know ``num_latent``) get the
+    latent axes after them: ``component_shape + (1,) * len(latent_shape) + (M, ...)``."""
+    if K is None or not component_shape or not latent_shape or K.ndim != len(component_shape) + 2:
+        return K
+    shape = tuple(K.shape)
+    return namespace(K).reshape(K, shape[: len(component_shape)] + (1,) * len(latent_shape) + shape[-2:])

@@ -1,0 +1,31 @@
+"""The harmonic tutorial runs in its quick mode: the two posterior components of the negation
+recover the even and odd parts of the function, exactly (anti)symmetric, summing to ``f``."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = pathlib.Path(os.environ.get("SPARSEGP_DATA", ROOT.parent / "shared" / "data"))
+
+
+def run(*args, tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "tutorials" / "harmonic_regression.py"), "--quick", *args,
+                             "--output", str(tmp_path / "plot.png")], capture_output=True, text=True, timeout=900,
+                            cwd=ROOT, env={**os.environ, "SPARSEGP_DATA": str(SHARED)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_even_odd_split(backend, tmp_path):
+    stdout = run("--backend", backend, tmp_path=tmp_path)
+    rmse = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^(.+?)\s+RMSE ([\d.]+)", stdout, re.M)}
+    assert rmse["f"] < 0.1 and rmse["even part"] < 0.15 and rmse["odd part"] < 0.15, rmse
+    assert float(re.search(r"symmetry .* ([\d.e+-]+)$", stdout, re.M).group(1)) < 1e-8
+    assert float(re.search(r"sum .* ([\d.e+-]+)$", stdout, re.M).group(1)) < 1e-8
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
