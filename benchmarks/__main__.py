@@ -1,4 +1,4 @@
-"""``python -m benchmarks <suite> [--quick] [--out PATH] [--threads N]``: run a suite, print its
+"""``python -m benchmarks <suite> [--quick] [--out PATH] [--threads N] [--device cpu|cuda]``: run a suite, print its
 markdown table and append its rows as JSON lines (with the command, date, versions and machine)."""
 import argparse
 import importlib
@@ -17,6 +17,7 @@ SUITES = {
     "export": "benchmarks.export",
     "harmonic": "benchmarks.harmonic",
 }
+ON_GPU = {"peers", "harmonic"}  # the suites whose runners place their tensors (harness.tensor)
 
 
 def main(argv=None):
@@ -25,11 +26,16 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="the short version run in CI (< 2 minutes)")
     parser.add_argument("--out", help="JSON-lines file to append to (default: outputs/benchmarks/<suite>.jsonl)")
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and XLA (default 2)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where torch and JAX run (default cpu; cuda: an NVIDIA GPU)")
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be a positive integer, got {args.threads}")
+    if args.device != "cpu" and args.suite not in ON_GPU:
+        parser.error(f"--device {args.device}: suite {args.suite} runs on the CPU only (on a GPU: {', '.join(sorted(ON_GPU))})")
 
     harness.pin_threads(args.threads)  # before the suite imports torch or JAX
+    harness.use_device(args.device)
     suite = importlib.import_module(SUITES[args.suite])
     start = time.perf_counter()
     rows = suite.run(quick=args.quick)

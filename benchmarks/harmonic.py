@@ -20,6 +20,9 @@ def settings(quick):
         return {"sizes": (16,), "multiples": (1, 8), "batch": 256, "repeats": 2, "block_seconds": 0.05, "warmup": 1}
     if quick:
         return {"sizes": (128,), "multiples": (1, 8), "batch": 1024, "repeats": 3, "block_seconds": 0.3, "warmup": 2}
+    if harness.DEVICE != "cpu":  # steps of milliseconds: shorter blocks, within a GPU lease
+        return {"sizes": (512, 1024), "multiples": (1, 2, 8), "batch": 1024, "repeats": 5, "block_seconds": 0.4,
+                "warmup": 3}
     return {"sizes": (256, 512, 1024), "multiples": (1, 2, 8), "batch": 1024, "repeats": 7, "block_seconds": 1.5,
             "warmup": 3}
 
@@ -63,7 +66,7 @@ def title(rows):
     return (
         f"harmonic: median seconds per SVI step, {row['dataset']} (N = {row['num_data']}, D = {row['input_dim']}), "
         f"HVGP {row['T']} x m against SVGPs with M = {', '.join(f'{k}m' for k in row['multiples'])}, batch "
-        f"{row['batch']}, {row['dtype']}, {row['threads']} threads, medians of {row['repeats']} blocks"
+        f"{row['batch']}, {row['dtype']}, {row['device']}, {row['threads']} threads, medians of {row['repeats']} blocks"
     )
 
 
@@ -106,7 +109,7 @@ def run(quick):
         row = {
             "suite": "harmonic", "dataset": DATASET, "synthetic": problem["synthetic"], "num_data": len(X),
             "input_dim": X.shape[1], "m": m, "T": T, "multiples": list(opts["multiples"]), "batch": opts["batch"],
-            "dtype": "float32", "threads": harness.threads(), "repeats": opts["repeats"],
+            "dtype": "float32", "device": harness.device_name(), "threads": harness.threads(), "repeats": opts["repeats"],
             "load_average": harness.load_average(),
         }
         for key in group:

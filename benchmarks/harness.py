@@ -57,6 +57,43 @@ def pin_threads(num_threads=2):
     return num_threads
 
 
+DEVICE = "cpu"  # set by use_device
+
+
+def use_device(name):
+    """Run the suites on ``name``: ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU: the runners' torch tensors
+    go there (:func:`tensor`), and JAX keeps its default GPU backend). Before JAX is imported."""
+    global DEVICE
+    if name == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"  # JAX would otherwise take a GPU where there is one
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit(f"--device {name}: torch sees no CUDA GPU")
+        # JAX preallocates 75 % of the GPU's memory by default: leave torch's runners their share
+        os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.4")
+    DEVICE = name
+
+
+def tensor(x, dtype=None):
+    """``x`` as a torch tensor on the suite's device (float32 unless ``dtype`` says otherwise).
+    Explicit rather than ``torch.set_default_device``, whose per-call hook would slow the peers'
+    steps in the main thread and not ours in ``fit``'s worker thread."""
+    import torch
+
+    return torch.as_tensor(x, dtype=dtype or torch.float32, device=DEVICE)
+
+
+def device_name():
+    """The accelerator the suite runs on, for tables and JSON lines (the CPU model on ``cpu``)."""
+    if DEVICE == "cpu":
+        return _cpu_model()
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
 def threads():
     """Threads torch runs on (set by :func:`pin_threads`)."""
     import torch
@@ -290,6 +327,7 @@ def environment():
             "cpus": os.cpu_count(),
             "cpus_used": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "load_average": load_average(),
+            "device": device_name(),
         },
         "git_commit": _git_commit(),
     }

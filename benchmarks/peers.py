@@ -19,6 +19,8 @@ def settings(quick):
         return {"sizes": (64,), "batch": 256, "repeats": 2, "block_seconds": 0.05, "warmup": 2}
     if quick:
         return {"sizes": (256, 1024), "batch": 1024, "repeats": 3, "block_seconds": 0.3, "warmup": 2}
+    if harness.DEVICE != "cpu":  # steps of milliseconds: shorter blocks, within a GPU lease
+        return {"sizes": (1024, 4096, 8192), "batch": 1024, "repeats": 5, "block_seconds": 0.4, "warmup": 3}
     return {"sizes": (256, 1024, 2048, 4096), "batch": 1024, "repeats": 7, "block_seconds": 1.5, "warmup": 3}
 
 
@@ -33,7 +35,7 @@ def title(rows):
     row = rows[0]
     return (
         f"peers: median seconds per SVI step, {row['dataset']} (N = {row['num_data']}, D = {row['input_dim']}), "
-        f"batch {row['batch']}, {row['dtype']}, {row['threads']} threads, medians of {row['repeats']} blocks"
+        f"batch {row['batch']}, {row['dtype']}, {row['device']}, {row['threads']} threads, medians of {row['repeats']} blocks"
     )
 
 
@@ -53,7 +55,7 @@ def run(quick):
         seconds = {key: harness.median(values) for key, values in blocks.items()}
         row = {
             "suite": "peers", "dataset": DATASET, "synthetic": problem["synthetic"], "num_data": len(X),
-            "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32",
+            "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32", "device": harness.device_name(),
             "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
         }
         for key in ORDER:

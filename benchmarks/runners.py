@@ -70,10 +70,10 @@ class OursPyro(Runner):
 
         import pyro_sparsegp as psg
 
-        from .harness import FitSteps
+        from .harness import FitSteps, tensor
 
-        self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-        self.gp, loss = self.build(None if Z is None else torch.as_tensor(Z, dtype=torch.float32))
+        self.X, self.y = tensor(X), tensor(y)
+        self.gp, loss = self.build(None if Z is None else tensor(Z))
         self.fit = FitSteps(psg.fit, self.gp.model, self.gp.guide, (self.X, self.y), batch_size=batch_size, lr=lr,
                             seed=seed, loss=loss)
 
@@ -83,7 +83,7 @@ class OursPyro(Runner):
 
         import pyro_sparsegp as psg
 
-        kernel = psg.RBF(lengthscale=torch.full((self.X.shape[1],), LENGTHSCALE), variance=VARIANCE)
+        kernel = psg.RBF(lengthscale=torch.full((self.X.shape[1],), LENGTHSCALE, device=self.X.device), variance=VARIANCE)
         likelihood = psg.Gaussian(variance=NOISE, name=self.likelihood_name)
         return psg.GPModel(self.prior(kernel, Z), likelihood, num_data=len(self.X)), None
 
@@ -103,9 +103,9 @@ class OursPyro(Runner):
         import torch
 
         with torch.no_grad():  # the trained values are in Pyro's param store
-            mean, var = self.gp.predict_f(torch.as_tensor(X, dtype=torch.float32))
+            mean, var = self.gp.predict_f(torch.as_tensor(X, dtype=torch.float32, device=self.X.device))
             var = var + self.gp.likelihood.variance
-        return mean.double().numpy(), var.double().numpy()
+        return mean.double().cpu().numpy(), var.double().cpu().numpy()
 
 
 class OursNumPyro(Runner):
@@ -154,7 +154,7 @@ class GPyTorch(Runner):
         import gpytorch
         import torch
 
-        from .harness import minibatches
+        from .harness import minibatches, tensor
 
         class SVGPModel(gpytorch.models.ApproximateGP):
             def __init__(self, Z):
@@ -167,11 +167,11 @@ class GPyTorch(Runner):
             def forward(self, x):
                 return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
 
-        self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-        self.model = SVGPModel(torch.as_tensor(Z, dtype=torch.float32))
-        self.model.covar_module.base_kernel.lengthscale = torch.full((1, X.shape[1]), LENGTHSCALE)
+        self.X, self.y = tensor(X), tensor(y)
+        self.model = SVGPModel(tensor(Z)).to(self.X.device)
+        self.model.covar_module.base_kernel.lengthscale = torch.full((1, X.shape[1]), LENGTHSCALE, device=self.X.device)
         self.model.covar_module.outputscale = VARIANCE
-        self.likelihood = gpytorch.likelihoods.GaussianLikelihood()
+        self.likelihood = gpytorch.likelihoods.GaussianLikelihood().to(self.X.device)
         self.likelihood.noise = NOISE
         self.mll = gpytorch.mlls.VariationalELBO(self.likelihood, self.model, num_data=len(X))
         params = list(self.model.parameters()) + list(self.likelihood.parameters())
@@ -183,7 +183,7 @@ class GPyTorch(Runner):
     def step(self):
         import torch
 
-        idx = torch.as_tensor(next(self.batches))
+        idx = torch.as_tensor(next(self.batches), device=self.X.device)
         self.opt.zero_grad()
         loss = -self.mll(self.model(self.X[idx]), self.y[idx])
         loss.backward()
@@ -197,8 +197,8 @@ class GPyTorch(Runner):
         self.likelihood.eval()
         try:
             with torch.no_grad():
-                pred = self.likelihood(self.model(torch.as_tensor(X, dtype=torch.float32)))
-                return pred.mean.double().numpy(), pred.variance.double().numpy()
+                pred = self.likelihood(self.model(torch.as_tensor(X, dtype=torch.float32, device=self.X.device)))
+                return pred.mean.double().cpu().numpy(), pred.variance.double().cpu().numpy()
         finally:
             self.model.train()
             self.likelihood.train()
@@ -213,17 +213,15 @@ class ContribGP(Runner):
         import pyro.contrib.gp as gp
         import torch
 
-        from .harness import minibatches
+        from .harness import minibatches, tensor
 
-        self.X, self.y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
-        kernel = gp.kernels.RBF(
-            input_dim=X.shape[1], lengthscale=torch.full((X.shape[1],), LENGTHSCALE), variance=torch.tensor(VARIANCE)
-        )
-        likelihood = gp.likelihoods.Gaussian(variance=torch.tensor(NOISE))
+        self.X, self.y = tensor(X), tensor(y)
+        kernel = gp.kernels.RBF(input_dim=X.shape[1], lengthscale=tensor(np.full(X.shape[1], LENGTHSCALE)),
+                                variance=tensor(VARIANCE))
+        likelihood = gp.likelihoods.Gaussian(variance=tensor(NOISE))
         self.model = gp.models.VariationalSparseGP(
-            self.X[:2], self.y[:2], kernel, torch.as_tensor(Z, dtype=torch.float32), likelihood,
-            num_data=len(X), whiten=True,
-        )
+            self.X[:2], self.y[:2], kernel, tensor(Z), likelihood, num_data=len(X), whiten=True,
+        ).to(self.X.device)
         self.loss = pyro.infer.TraceMeanField_ELBO().differentiable_loss
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.batches = minibatches(len(X), batch_size, seed)
@@ -231,7 +229,7 @@ class ContribGP(Runner):
     def step(self):
         import torch
 
-        idx = torch.as_tensor(next(self.batches))
+        idx = torch.as_tensor(next(self.batches), device=self.X.device)
         self.model.set_data(self.X[idx], self.y[idx])
         self.opt.zero_grad()
         loss = self.loss(self.model.model, self.model.guide)
@@ -243,9 +241,9 @@ class ContribGP(Runner):
         import torch
 
         with torch.no_grad():
-            mean, var = self.model(torch.as_tensor(X, dtype=torch.float32))
+            mean, var = self.model(torch.as_tensor(X, dtype=torch.float32, device=self.X.device))
             var = var + self.model.likelihood.variance
-        return mean.double().numpy(), var.double().numpy()
+        return mean.double().cpu().numpy(), var.double().cpu().numpy()
 
 
 RUNNERS = {runner.key: runner for runner in (OursPyro, OursNumPyro, GPyTorch, ContribGP)}

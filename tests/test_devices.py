@@ -35,7 +35,7 @@ def problem(seed=0):
     return X, y, X[::5].copy()
 
 
-METHODS = ("bernoulli", "cox", "decoupled", "hermite", "svgp", "svgp-unwhitened-diagonal")
+METHODS = ("bernoulli", "cox", "decoupled", "harmonic", "hermite", "svgp", "svgp-unwhitened-diagonal")
 
 
 def methods(lib, array):
@@ -55,6 +55,10 @@ def methods(lib, array):
         kernel = lib.RBF(lengthscale=ls)
         return lib.GPModel(lib.SVGP(kernel, lib.HermiteFeatures(4, array([1.0, 1.0]), kernel=kernel)), gaussian())
 
+    def harmonic(Z):  # 4 components (sign flips of each axis, under which the ARD kernel is invariant)
+        features = lib.HarmonicFeatures(Z, lib.harmonic.Reflections.along_axes([[0], [1]]))
+        return lib.GPModel(lib.SVGP(lib.Matern32(lengthscale=ls), features), gaussian())
+
     def bernoulli(Z):
         return lib.GPModel(lib.SVGP(lib.Matern32(lengthscale=ls), Z), lib.Bernoulli())
 
@@ -69,6 +73,7 @@ def methods(lib, array):
         "svgp-unwhitened-diagonal": lambda Z: svgp(Z, whiten=False, diagonal=True),
         "decoupled": decoupled,
         "hermite": hermite,
+        "harmonic": harmonic,
         "bernoulli": bernoulli,
     }
     assert sorted(made) == sorted(METHODS)

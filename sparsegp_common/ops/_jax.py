@@ -1,5 +1,6 @@
 """JAX implementations of the operations the array API standard lacks."""
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +12,32 @@ from ..linalg import CholeskyError
 from . import plain_moments
 
 
+@functools.cache
+def _batched_lapack_deadlocks():
+    # jaxlib 0.10.0 to 0.11.0 split a batched LAPACK call over XLA's CPU thread pool and block a
+    # pool thread until its parts finish: as many such calls at once as the pool has threads
+    # (two independent solves on a 2-core machine) wait for each other for ever. Fixed upstream
+    # after 0.11.0 (jax commit 859992407d, "Don't try to parallelize LAPACK kernels").
+    import jaxlib
+
+    version = tuple(int(part) for part in jaxlib.__version__.split(".")[:3] if part.isdigit())
+    return (0, 10, 0) <= version < (0, 11, 1) and jax.default_backend() == "cpu"
+
+
+def _per_matrix(fn, *stacks):
+    """``fn`` of equally batched stacks of matrices; one LAPACK call per matrix (``lax.map``) where
+    batched calls can deadlock."""
+    batch = stacks[0].shape[:-2]
+    if math.prod(batch) <= 1 or not _batched_lapack_deadlocks():
+        return fn(*stacks)
+    out = lax.map(lambda args: fn(*args), [s.reshape((-1,) + s.shape[-2:]) for s in stacks])
+    return out.reshape(batch + out.shape[-2:])
+
+
 def solve_lower(L, B, transpose=False):
     batch = jnp.broadcast_shapes(L.shape[:-2], B.shape[:-2])
     L, B = jnp.broadcast_to(L, batch + L.shape[-2:]), jnp.broadcast_to(B, batch + B.shape[-2:])
-    return solve_triangular(L, B, lower=True, trans=1 if transpose else 0)
+    return _per_matrix(lambda L, B: solve_triangular(L, B, lower=True, trans=1 if transpose else 0), L, B)
 
 
 def cholesky(A, levels, message):
@@ -32,13 +55,13 @@ def _escalating_cholesky(A, levels, message):
     eye = jnp.eye(A.shape[-1], dtype=A.dtype)
     if is_concrete(A):
         for level in levels:
-            L = jnp.linalg.cholesky(A + level * eye)
+            L = _per_matrix(jnp.linalg.cholesky, A + level * eye)
             if bool(jnp.all(jnp.isfinite(L))):
                 return L
         raise CholeskyError(message)
 
     def attempt(i):
-        L = jnp.linalg.cholesky(A + levels[i] * eye)
+        L = _per_matrix(jnp.linalg.cholesky, A + levels[i] * eye)
         if i == len(levels) - 1:
             return L
         return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, lambda: attempt(i + 1))
