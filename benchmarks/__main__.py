@@ -1,4 +1,4 @@
-"""``python -m benchmarks <suite> [--quick] [--out PATH] [--threads N] [--device cpu|cuda]``: run a suite, print its
+"""``python -m benchmarks <suite> [--quick] [--part PART] [--out PATH] [--threads N] [--device cpu|cuda]``: run a suite, print its
 markdown table and append its rows as JSON lines (with the command, date, versions and machine)."""
 import argparse
 import importlib
@@ -24,6 +24,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("suite", choices=sorted(SUITES))
     parser.add_argument("--quick", action="store_true", help="the short version run in CI (< 2 minutes)")
+    parser.add_argument("--part", action="append",
+                        help="run only this part of a suite that has parts (harmonic: speed, accuracy, classification); "
+                             "repeatable")
     parser.add_argument("--out", help="JSON-lines file to append to (default: outputs/benchmarks/<suite>.jsonl)")
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and XLA (default 2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -38,7 +41,12 @@ def main(argv=None):
     harness.use_device(args.device)
     suite = importlib.import_module(SUITES[args.suite])
     start = time.perf_counter()
-    rows = suite.run(quick=args.quick)
+    if args.part:
+        unknown = set(args.part) - set(getattr(suite, "PARTS", ()))
+        if unknown:
+            parser.error(f"--part {', '.join(sorted(unknown))}: suite {args.suite} has parts "
+                         f"{', '.join(getattr(suite, 'PARTS', ())) or '(none)'}")
+    rows = suite.run(quick=args.quick, parts=tuple(args.part)) if args.part else suite.run(quick=args.quick)
     # a suite prints one table (title, COLUMNS) or several (tables)
     tables = suite.tables(rows) if hasattr(suite, "tables") else [(suite.title(rows), suite.COLUMNS, rows)]
     for title, columns, table_rows in tables:

@@ -117,15 +117,28 @@ def test_decoupled_quick(tmp_path):
 def test_harmonic_quick(tmp_path):
     stdout, rows = run_suite("harmonic", tmp_path)
     lines = table_lines(stdout)
+    speed = [row for row in rows if row["part"] == "speed"]
+    accuracy = [row for row in rows if row["part"] == "accuracy"]
+    classification = [row for row in rows if row["part"] == "classification"]
     assert lines[0].startswith("| m | HVGP (Pyro) | HVGP (NumPyro, jit) | SVGP (Pyro) M=1m |")
-    assert len(lines) == 2 + len(rows) and len(rows) == 1
-    row = rows[0]
+    assert len(lines) == 3 * 2 + len(rows) and len(speed) == 1
+    row = speed[0]
     check_meta(row, "harmonic")
     assert row["T"] == 8 and row["multiples"] == [1, 8]
     for backend in ("pyro", "numpyro"):
         assert row[f"hvgp_over_svgp_{backend}"] == pytest.approx(row[f"seconds_hvgp_{backend}"] / row[f"seconds_ours_{backend}_1"])
         assert row[f"svgp_over_hvgp_{backend}"] == pytest.approx(row[f"seconds_ours_{backend}_8"] / row[f"seconds_hvgp_{backend}"])
     assert row["seconds_gpytorch_8"] > 0
+    assert [row["model"] for row in accuracy] == ["HVGP 8 x 8", "SVGP 8", "SVGP 16"]
+    hvgp = accuracy[0]
+    for row in accuracy:  # the same steps for all; the SVGPs on for at least HVGP's training time
+        assert row["steps"] == 3 and 0 < row["trace_error"] < 1  # per point, k(x, x) = 1
+        assert row["seconds"] >= hvgp["seconds"] * (row is not hvgp) and row["steps_at_time"] >= row["steps"]
+        assert all(math.isfinite(row[key]) for key in ("rmse_at_steps", "nlpd_at_steps", "rmse_at_time", "nlpd_at_time"))
+    assert hvgp["steps_at_time"] == 3 and hvgp["rmse_at_time"] == hvgp["rmse_at_steps"]
+    assert [row["model"] for row in classification] == ["TRAN 16 x 2", "TRAN-S 16 x 2", "SVGP 4"]
+    for row in classification:
+        assert 0 <= row["accuracy"] <= 1 and 0 < row["nll"] < 10
 
 
 def test_train_for_gives_each_runner_the_budget():
