@@ -326,3 +326,36 @@ def test_cox_process_with_a_harmonic_prior(backend, rng):
     dense = HarmonicRef(kern, [lambda x: x, lambda x: 10.0 - x], transformation.weights(), Z, q_mu, q_sqrt)
     expected = ref.cox_elbo(dense, events, [(0.0, 10.0)], 0.5)
     assert -backend.loss(process.model, process.guide, backend.array(events)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_fit_predict_sample_and_export_with_a_mean_function(backend, rng):
+    """The harmonic prior as every other: a linear mean function (its own part of the prediction),
+    ``fit``, ``predict_f``/``predict_y`` by part, ``sample_f`` and the ArviZ export."""
+    lib = backend.lib
+    X = rng.uniform(-3, 3, size=(60, 1))
+    y = 0.7 * X[:, 0] + np.cos(2 * X[:, 0]) + 0.1 * rng.normal(size=60)
+    Xa, ya = backend.array(X), backend.array(y)
+    features = lib.HarmonicFeatures(backend.array(X[:10]), lib.harmonic.Negation())
+    prior = lib.SVGP(lib.Matern52(lengthscale=backend.array([1.0])), features,
+                     mean_function=lib.Linear(backend.array([0.0])))
+    model = lib.GPModel(prior, lib.Gaussian(variance=backend.array(0.1)), num_data=60)
+    result = lib.fit(model.model, model.guide, (Xa, ya), num_steps=60, batch_size=20, lr=0.05, progress=False)
+    assert result.losses[-10:].mean() < result.losses[:10].mean()
+    params = result.params
+    f_mean, f_var = (backend.numpy(t) for t in model.predict_f(Xa[:7], params=params))
+    m_mean = backend.numpy(model.predict_f(Xa[:7], part="mean", params=params)[0])
+    g_mean, g_var = (backend.numpy(t) for t in model.predict_f(Xa[:7], part="gp", params=params))
+    c_mean, c_var = (backend.numpy(t) for t in model.predict_f(Xa[:7], part="components", params=params))
+    np.testing.assert_allclose(f_mean, m_mean + g_mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c_mean.sum(-1), g_mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(f_var, g_var, rtol=1e-10)
+    assert c_mean.shape == c_var.shape == (7, 2) and np.all(c_var.sum(-1) <= g_var + 1e-12)
+    assert np.abs(m_mean).max() > 0.1  # the trend went to the mean function's weight
+    noise = backend.numpy(params["likelihood.variance"])
+    np.testing.assert_allclose(backend.numpy(model.predict_y(Xa[:7], params=params).variance), f_var + noise, rtol=1e-10)
+    draws = backend.numpy(model.sample_f(Xa[:7], num_samples=4000, params=params))
+    assert np.abs(draws.mean(0) - f_mean).max() < 5 * np.sqrt(f_var.max() / 4000) + 1e-6
+    idata = lib.to_inference_data(model, data=(Xa, ya), num_samples=8, num_chains=2, result=result)
+    assert idata.log_likelihood["y"].shape == (2, 4, 60)
+    assert set(idata.posterior.data_vars) == {"gp.u", "gp.f"}
+    assert idata.posterior["gp.u"].shape == (2, 4, 2, 10)  # a block of u per component

@@ -134,8 +134,7 @@ class SVGPPosterior:
 
     def marginals(self, X, full_cov=False, cross=None):
         """Moments of ``q(f(X))``; with ``cross``, also ``B^T cross`` ``latent_shape + (N, P)``."""
-        Kfu = _latent_axes(Kuf(self.features, self.kernel, X), self.component_shape, self.latent_shape)
-        moments = self.strategy.update(Kfu, self.Luu, self.q, full_cov, cross)
+        moments = self._updates(X, full_cov, cross)
         mean, change = sum_components(*moments[:2], self.component_shape, self.latent_shape, X.shape[0], full_cov)
         Kff = prior_covariance(self.kernel, X, self.component_shape, self.latent_shape, full_cov)
         var = add_prior(Kff, change, full_cov)
@@ -148,12 +147,16 @@ class SVGPPosterior:
             Bc = namespace(Bc).sum(Bc, axis=tuple(range(len(self.component_shape))))
         return mean, var, Bc
 
+    def _updates(self, X, full_cov=False, cross=None):
+        """The strategy's per-component mean and change to the prior covariance (and ``B^T cross``)."""
+        Kfu = _latent_axes(Kuf(self.features, self.kernel, X), self.component_shape, self.latent_shape)
+        return self.strategy.update(Kfu, self.Luu, self.q, full_cov, cross)
+
     def component_marginals(self, X):
         """``q(g_t(X))`` of each component of ``g = sum_t g_t`` (the zero-mean GP): mean and
         variance ``component_shape + latent_shape + (N,)``, the prior variance of each from
         :data:`~sparsegp_common.features.component_variances`."""
-        Kfu = _latent_axes(Kuf(self.features, self.kernel, X), self.component_shape, self.latent_shape)
-        mean, change = self.strategy.update(Kfu, self.Luu, self.q)
+        mean, change = self._updates(X)
         Kff = component_variances(self.features, self.kernel, X)
         Kff = namespace(Kff).reshape(Kff, tuple(Kff.shape[:-1]) + (1,) * len(self.latent_shape) + tuple(Kff.shape[-1:]))
         return mean, add_prior(Kff, change)
