@@ -173,7 +173,7 @@ def metrics(mean, var, y):
     mean, var = (np.asarray(a.detach().cpu(), dtype=np.float64) for a in (mean, var))
     err = y - mean
     return {"mae": float(np.abs(err).mean()), "rmse": float(np.sqrt((err**2).mean())),
-            "nll": float(0.5 * np.mean(np.log(2 * np.pi * var) + err**2 / var))}
+            "nll": harness.gaussian_nlpd(mean, var, y)}
 
 
 class Trained:

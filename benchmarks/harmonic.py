@@ -233,7 +233,7 @@ def _fit_and_score(model, X, y, Xt, yt, opts, seconds=None):
             pred = model.predict_y(tensor(Xt), params=params)
         mean, var = pred.mean.double().numpy(), pred.variance.double().numpy()
         return {f"rmse_{suffix}": float(np.sqrt(np.mean((mean - yt) ** 2))),
-                f"nlpd_{suffix}": float(np.mean(0.5 * np.log(2 * np.pi * var) + (yt - mean) ** 2 / (2 * var)))}
+                f"nlpd_{suffix}": harness.gaussian_nlpd(mean, var, yt)}
 
     scores, clock = {}, {"start": time.perf_counter(), "paused": 0.0}
 

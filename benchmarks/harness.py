@@ -155,6 +155,12 @@ def median(values):
     return float(statistics.median(values))
 
 
+def gaussian_nlpd(mean, var, y):
+    """Mean negative log density of ``y`` under independent Gaussians ``N(mean, var)`` (float64)."""
+    mean, var, y = (np.asarray(a, dtype=np.float64) for a in (mean, var, y))
+    return float(0.5 * np.mean(np.log(2 * np.pi * var) + (y - mean) ** 2 / var))
+
+
 def minibatches(num_rows, batch_size, seed=0):
     """An endless stream of row-index arrays ``(batch_size,)``: the batches that
     ``fit(batch_size=batch_size, seed=seed)`` draws, step after step (rows of one permutation per

@@ -314,7 +314,7 @@ def run_flights(opts):
             "suite": "vof", "part": "flights", "dataset": "flights_3m", "synthetic": synthetic, "method": name,
             "num_data": len(Xtr), "num_test": len(Xte), "steps": steps, "seconds": seconds,
             "rmse": float(np.sqrt(np.mean((mean - yte) ** 2))),
-            "nlpd": float(0.5 * np.mean(np.log(2 * np.pi * var) + (yte - mean) ** 2 / var)),
+            "nlpd": harness.gaussian_nlpd(mean, var, yte),
         })
     return rows
 

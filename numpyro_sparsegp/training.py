@@ -109,8 +109,8 @@ class _Grouped(numpyro.optim._NumPyroOptim):
         self.groups = []
         for names, lr, options in split_param_groups(sorted(params), self.param_groups, self.lr):
             options = dict(options)
-            decay = options.pop("weight_decay", 0.0)
-            self.groups.append((names, decay, self.optimizer(_step_size(lr, self.lr_schedule), **options)))
+            decay, cls = options.pop("weight_decay", 0.0), options.pop("optimizer", self.optimizer)
+            self.groups.append((names, decay, cls(_step_size(lr, self.lr_schedule), **options)))
         states = tuple(optim.init({n: params[n] for n in names}) for names, _, optim in self.groups)
         return jnp.array(0), states, jnp.zeros((), jnp.result_type(float))
 

@@ -13,7 +13,8 @@ __all__ = ["FitResult", "FitState", "fit"]
 
 class _Trainer(Trainer):
     """The parameters the loss reads (library modules' own and the param store's alike), a torch
-    optimiser over them (one group per ``param_groups`` entry) and a learning-rate schedule."""
+    optimiser over them per optimiser class (one group per ``param_groups`` entry) and a
+    learning-rate schedule for each."""
 
     def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
         self.model, self.guide, self.data, self.plan, self.kwargs = model, guide, tuple(data), plan, kwargs
@@ -22,19 +23,23 @@ class _Trainer(Trainer):
         self.names, self.values, self.constraints = _capture_params(self.loss_fn, model, guide, _batch(self.data, plan, 0),
                                                                     kwargs)
         by_name = dict(zip(self.names, self.values))
-        groups = [{"params": [by_name[n] for n in group], "lr": group_lr, **options}
-                  for group, group_lr, options in split_param_groups(self.names, param_groups, lr)]
-        self.opt = (optimizer or torch.optim.Adam)(groups, lr=lr)
-        self.schedule = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(self.opt, lr_schedule)
+        by_class = {}
+        for group, group_lr, options in split_param_groups(self.names, param_groups, lr):
+            options = dict(options)
+            cls = options.pop("optimizer", None) or optimizer or torch.optim.Adam
+            by_class.setdefault(cls, []).append({"params": [by_name[n] for n in group], "lr": group_lr, **options})
+        self.opts = [cls(groups, lr=lr) for cls, groups in by_class.items()]
+        self.schedules = [] if lr_schedule is None else [torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule)
+                                                         for opt in self.opts]
 
     def step(self, i):
-        self.opt.zero_grad()
+        for opt in self.opts:
+            opt.zero_grad()
         value = self.loss_fn(self.model, self.guide, *_batch(self.data, self.plan, i), **self.kwargs)
         value.backward()
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.values if p.grad is not None])
-        self.opt.step()
-        if self.schedule is not None:
-            self.schedule.step()
+        for opt in self.opts + self.schedules:
+            opt.step()
         return torch.stack([value.detach(), grad_norm.to(value.dtype)])
 
     def params(self):
@@ -50,13 +55,13 @@ class _Trainer(Trainer):
                 p.copy_(b)
 
     def save(self, path, done, losses, tracker, best):
-        _save(path, done, self.names, self.values, self.opt, self.schedule, losses, tracker, best)
+        _save(path, done, self.names, self.values, self.opts, self.schedules, losses, tracker, best)
 
     def load(self, path, tracker):
-        return _load(path, self.names, self.values, self.opt, self.schedule, tracker)
+        return _load(path, self.names, self.values, self.opts, self.schedules, tracker)
 
     def finish(self):
-        return self.params(), self.opt
+        return self.params(), self.opts[0] if len(self.opts) == 1 else tuple(self.opts)
 
     @staticmethod
     def to_floats(values):
@@ -103,14 +108,14 @@ def _capture_params(loss_fn, model, guide, batch, kwargs):
     return names, [s["value"].unconstrained() for s in sites], [stored.get(n, s["kwargs"]["constraint"]) for n, s in zip(names, sites)]
 
 
-def _save(path, step, names, params, opt, schedule, losses, tracker, best):
+def _save(path, step, names, params, opts, schedules, losses, tracker, best):
     state = {
         "step": step,
         "names": names,
         "params": [p.detach().clone() for p in params],
         "best": best,
-        "optimizer": opt.state_dict(),
-        "schedule": None if schedule is None else schedule.state_dict(),
+        "optimizers": [opt.state_dict() for opt in opts],
+        "schedules": [schedule.state_dict() for schedule in schedules],
         "rng": torch.get_rng_state(),
         "losses": torch.as_tensor(losses, dtype=torch.float64),
         **{k: torch.as_tensor(v) for k, v in tracker.state().items()},
@@ -120,7 +125,7 @@ def _save(path, step, names, params, opt, schedule, losses, tracker, best):
     os.replace(tmp, path)  # never leave a half-written checkpoint
 
 
-def _load(path, names, params, opt, schedule, tracker):
+def _load(path, names, params, opts, schedules, tracker):
     state = torch.load(path, weights_only=True)  # plain tensors only: nothing is unpickled
     if list(state["names"]) != names:
         raise ValueError(
@@ -129,9 +134,12 @@ def _load(path, names, params, opt, schedule, tracker):
     with torch.no_grad():
         for p, value in zip(params, state["params"]):
             p.copy_(value)
-    opt.load_state_dict(state["optimizer"])
-    if schedule is not None and state["schedule"] is not None:
-        schedule.load_state_dict(state["schedule"])
+    if len(state["optimizers"]) != len(opts):
+        raise ValueError(f"checkpoint {path} holds {len(state['optimizers'])} optimisers, but this fit has {len(opts)}")
+    for opt, saved in zip(opts, state["optimizers"]):
+        opt.load_state_dict(saved)
+    for schedule, saved in zip(schedules, state["schedules"]):
+        schedule.load_state_dict(saved)
     torch.set_rng_state(state["rng"])
     tracker.load({k: state[k].numpy() for k in ("es_steps", "es_values", "es_best")})
     return state["step"], state["losses"].tolist(), state["best"]

@@ -12,15 +12,15 @@ def cholesky(A, jitter=1e-6, max_tries=3, dtype=None):
 
     On failure the jitter is multiplied by 10 up to ``max_tries`` times before a
     :class:`CholeskyError` is raised (under JAX tracing a final failure gives NaN instead).
-    ``dtype`` (e.g. float64) factorises in another precision and returns the factor in the dtype
-    of ``A``; in JAX float64 needs ``jax_enable_x64``.
+    ``dtype`` (a dtype, or its name such as ``"float64"``) factorises in another precision and
+    returns the factor in the dtype of ``A``; JAX factorises in float64 even without
+    ``jax_enable_x64`` (differentiating in ``A``'s dtype then).
     """
-    xp, ops = namespace(A), backend(A)
-    work = A if dtype is None else xp.astype(A, ops.check_dtype(dtype))
-    base = jitter if jitter > 0 else float(xp.finfo(work.dtype).eps)
+    xp = namespace(A)
+    dtype = A.dtype if dtype is None else getattr(xp, dtype) if isinstance(dtype, str) else dtype
+    base = jitter if jitter > 0 else float(xp.finfo(dtype).eps)
     levels = [jitter] + [base * 10.0**i for i in range(1, max_tries + 1)]
-    L = ops.cholesky(work, levels, cholesky_failed(A.shape, work.dtype, levels[-1]))
-    return xp.astype(L, A.dtype)
+    return backend(A).cholesky(A, levels, cholesky_failed(A.shape, dtype, levels[-1]), dtype)
 
 
 def solve_lower(L, B, transpose=False):

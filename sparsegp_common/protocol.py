@@ -38,8 +38,7 @@ HOOKS = {
 
 OPS = {
     "solve_lower": "`(L, B, transpose)`: `L^{-1} B` or `L^{-T} B` for lower-triangular `L`",
-    "cholesky": "`(A, levels, message)`: lower factor of `A + jitter I`, trying each jitter level in turn",
-    "check_dtype": "`(dtype)`: the dtype, or an error where the library cannot compute in it",
+    "cholesky": "`(A, levels, message, dtype)`: lower factor of `A + jitter I` computed in `dtype` (returned in `A`'s), trying each jitter level in turn",
     "precise_matmul": "`(a, b)`: a product at full float32 precision (no TF32)",
     "is_concrete": "`(x)`: whether `x` has values (not a tracer)",
     "normal": "`(key, shape, like)`: standard normal draws in the dtype and device of `like`",
@@ -47,6 +46,7 @@ OPS = {
     "split": "`(key, n)`: `n` independent keys",
     "uniform": "`(key, shape, dtype, device)`: uniform draws on [0, 1)",
     "permutation": "`(key, n, device)`: a random permutation of `0..n-1`",
+    "randint": "`(key, shape, high, device)`: uniform integers in `[0, high)`",
     "blockwise_sum": "`(block, size, chunk, like)`: `sum_j block(rows_j, weights_j)`, each block recomputed backwards",
     "categorical": "`(key, logits, shape)`: draws of category indices",
     "bincount": "`(index, length, dtype)`: counts per index",

@@ -528,3 +528,20 @@ def harmonic_component_predict(k, elements, W, Z, X, q_mu, q_sqrt, jitter):
     P_ = np.linalg.solve(KUU, KFU.T).T
     var = np.diag(KFF - P_ @ KFU.T + P_ @ S_u @ P_.T)
     return (P_ @ mean_u).reshape(T, n), var.reshape(T, n)
+
+
+def weight_space_negative_elbo(Phi, S, y, noise, mu, C):
+    """Evans and Nair (2020) Eq. 2: ``(L_mu + L_Sigma + L_const) / 2`` of the weight-space model
+    ``y ~ N(Phi w, noise I)``, ``w ~ N(0, S^-1)``, ``q(w) = N(mu, C C^T)``, written as they print it."""
+    n, m = Phi.shape
+    L_mu = (-2 * y @ Phi @ mu + np.sum((Phi @ mu) ** 2)) / noise + mu @ S @ mu
+    L_sigma = np.sum((Phi @ C) ** 2) / noise + np.trace(S @ C @ C.T) - 2 * np.sum(np.log(np.diag(C)))
+    L_const = -np.linalg.slogdet(S)[1] - m + n * np.log(2 * np.pi * noise) + y @ y / noise
+    return 0.5 * (L_mu + L_sigma + L_const)
+
+
+def weight_space_elbo(Phi, S, y, noise, mu, C):
+    """The same ELBO as ``E_q log N(y | Phi w, noise I) - KL[q || N(0, S^-1)]``."""
+    Sigma = C @ C.T
+    ell = -0.5 * len(y) * np.log(2 * np.pi * noise) - 0.5 * (np.sum((y - Phi @ mu) ** 2) + np.trace(Phi @ Sigma @ Phi.T)) / noise
+    return ell - gaussian_kl(mu, Sigma, np.zeros(len(mu)), np.linalg.inv(S))

@@ -149,6 +149,45 @@ def test_param_groups_have_their_own_learning_rate(backend):
         backend.lib.fit(model.model, model.guide, (X, y), num_steps=1, progress=False, param_groups=[{"lr": 0.1}])
 
 
+def test_param_groups_can_have_their_own_optimiser(backend, tmp_path):
+    """A group naming its own optimiser class (SGD for q beside the default Adam): after a step its
+    parameters are those of an all-SGD run and the others those of an all-Adam run; a checkpointed
+    run with the two optimisers resumes to the uninterrupted result."""
+    if backend.name == "pyro":
+        sgd = torch.optim.SGD
+    else:
+        import numpyro
+
+        sgd = numpyro.optim.SGD
+    groups = [{"params": "gp.q_*", "optimizer": sgd}]
+
+    def run(num_steps=1, **options):
+        backend.reset()
+        model, X, y = problem(backend, num_data=N)
+        result = backend.lib.fit(model.model, model.guide, (X, y), num_steps=num_steps, lr=0.05, progress=False, **options)
+        return params_np(backend, result.params)
+
+    mixed, all_sgd, all_adam = run(param_groups=groups), run(optimizer=sgd), run()
+    for name, value in mixed.items():
+        expected = all_sgd[name] if name.startswith("gp.q_") else all_adam[name]
+        np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-14, err_msg=name)
+    assert not np.allclose(all_sgd["gp.q_mu"], all_adam["gp.q_mu"])
+
+    def crash(state):
+        if state.step == 4:
+            raise KeyboardInterrupt
+
+    path = str(tmp_path / "ckpt")
+    full = run(6, param_groups=groups, batch_size=20)
+    with pytest.raises(KeyboardInterrupt):
+        run(6, param_groups=groups, batch_size=20, checkpoint=path, checkpoint_every=3, callbacks=crash)
+    resumed = run(6, param_groups=groups, batch_size=20, checkpoint=path, checkpoint_every=3, resume=True)
+    for name, value in full.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+    with pytest.raises(TypeError, match=r"param_groups\[0\]\['optimizer'\]"):
+        run(param_groups=[{"params": "gp.q_*", "optimizer": "adagrad"}])
+
+
 def test_backends_take_the_same_steps_with_param_groups():
     """The groups (their lr, weight decay and schedule) mean the same in both backends (the
     trajectories compared as in test_backends_take_the_same_steps)."""

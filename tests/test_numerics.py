@@ -1,4 +1,6 @@
 """Cholesky with jitter escalation, float32/float64, factorising Kuu in float64, devices, gradients."""
+import contextlib
+
 import jax
 import numpy as np
 import pytest
@@ -50,6 +52,76 @@ def test_cholesky_in_float64_inside_float32(backend):
         except backend.lib.CholeskyError:
             return
         assert np.abs(backend.numpy(L32) - expected).max() > 1e3 * np.abs(backend.numpy(L) - expected).max()
+
+
+def close_pair_gram():
+    """``k(Z, Z)`` (Matern-5/2, lengthscale 2) of 20 inputs on [0, 30] with a pair 0.005 apart, as
+    inducing inputs taken from the data often are: condition number about 1e6, within what float32
+    factorises but not accurately; and ``b``, ``(20, 3)``."""
+    rng = np.random.default_rng(0)
+    Z = rng.uniform(0, 30, (20, 1))
+    Z[1] = Z[0] + 0.005
+    return ref.kernel("matern52", Z, Z, 2.0, 1.0) + 1e-6 * np.eye(20), rng.normal(size=(20, 3))
+
+
+def x64_cases(backend):
+    """NumPyro runs with jax_enable_x64 and without it (a user's float32 program), eager and jitted."""
+    if backend.name == "pyro":
+        return [(contextlib.nullcontext, lambda f: f)]
+    return [(lambda: jax.enable_x64(x64), wrap) for x64 in (True, False) for wrap in (lambda f: f, jax.jit)]
+
+
+def test_float64_factor_and_its_gradient_inside_float32(backend):
+    """``cholesky(A32, dtype="float64")``: the factor and the gradient of ``|L^-1 b|^2`` with
+    respect to ``A`` are float64's (to float32 rounding of the inputs), in NumPyro also without
+    ``jax_enable_x64``; the float32 factorisation's gradient is over 100 times further off."""
+    A, b = close_pair_gram()
+    L64 = np.linalg.cholesky(A.astype(np.float32).astype(np.float64))
+    x = np.linalg.solve(L64.T, np.linalg.solve(L64, b))
+    G64 = -x @ x.T  # d|L^-1 b|^2 / dA = -A^-1 b b^T A^-1
+    for context, wrap in x64_cases(backend):
+        with context():
+            def gradient(dtype):
+                if backend.name == "pyro":
+                    A32 = torch.tensor(A, dtype=torch.float32, requires_grad=True)
+                    L = backend.lib.cholesky(A32, jitter=0.0, dtype=dtype)
+                    (torch.linalg.solve_triangular(L, torch.tensor(b, dtype=torch.float32), upper=False) ** 2).sum().backward()
+                    return L.detach().numpy(), A32.grad.numpy()
+
+                def f(A32):
+                    L = backend.lib.cholesky(A32, jitter=0.0, dtype=dtype)
+                    return (jax.scipy.linalg.solve_triangular(L, jax.numpy.asarray(b, np.float32), lower=True) ** 2).sum(), L
+
+                (_, L), g = wrap(jax.value_and_grad(f, has_aux=True))(jax.numpy.asarray(A, np.float32))
+                return np.asarray(L), np.asarray(g)
+
+            L, G = gradient("float64")
+            assert L.dtype == np.float32 and G.dtype == np.float32
+            np.testing.assert_allclose(L, L64.astype(np.float32), rtol=1e-6, atol=1e-7)
+            error = np.linalg.norm(G - G64) / np.linalg.norm(G64)
+            error32 = np.linalg.norm(gradient(None)[1] - G64) / np.linalg.norm(G64)
+            assert error < 1e-4 and error32 > 100 * error, (error, error32)
+
+
+def test_float32_svgp_factorises_kuu_in_float64_by_default(backend):
+    """The SVGP's default ``cholesky_dtype`` is float64 (``None``: the model's dtype): its factor
+    is the float64 factor of its float32 ``Kuu``, 10 times closer to it than float32's."""
+    rng = np.random.default_rng(0)
+    Z = rng.uniform(0, 30, (20, 1))
+    Z[1] = Z[0] + 0.005
+    for context, _ in x64_cases(backend):
+        with context():
+            factors = {}
+            for chol in ("float64", None):
+                kwargs = {} if chol else {"cholesky_dtype": None}
+                gp = backend.bound(backend.lib.SVGP(backend.lib.Matern52(lengthscale=backend.array(2.0, np.float32)),
+                                                    backend.array(Z, np.float32), **kwargs))
+                factors[chol] = backend.numpy(gp.posterior_factor())
+                K = backend.numpy(gp.kernel.K(gp.features.Z)).astype(np.float64)
+            expected = np.linalg.cholesky(K + 1e-6 * np.eye(20))
+            assert factors["float64"].dtype == np.float32
+            np.testing.assert_allclose(factors["float64"], expected, rtol=1e-5, atol=1e-6)
+            assert np.abs(factors[None] - expected).max() > 10 * np.abs(factors["float64"] - expected).max()
 
 
 @pytest.mark.parametrize("cholesky_dtype", [None, "float64"])

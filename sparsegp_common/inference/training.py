@@ -118,7 +118,7 @@ class FitResult:
         best_step: step of the best validation value (None without validation).
         stopped_early: whether early stopping or a callback ended the run.
         state: the backend's optimiser state at the end (NumPyro's ``SVIState``; the torch
-            optimiser in Pyro).
+            optimiser in Pyro, a tuple of them when ``param_groups`` name several classes).
         grad_norms: the norm of the gradient (w.r.t. the unconstrained parameters) of every step
             run in this call.
     """
@@ -320,9 +320,10 @@ PARAM_GROUPS_DOC = """param_groups: optional list of dicts, each giving some par
             first group that selects it, and the parameters of no group keep ``lr`` and the
             default options. ``"lr"`` is the group's learning rate (default ``lr``; ``lr_schedule``
             multiplies it too). ``"weight_decay"`` adds ``weight_decay * value`` to the gradient of
-            the group's (unconstrained) parameters, as torch's ``Adam`` and ``SGD`` do. Other keys
-            are keyword arguments of the group's ``optimizer`` (e.g. ``betas`` in torch, ``b1``
-            in NumPyro). Every group uses the ``optimizer`` class."""
+            the group's (unconstrained) parameters, as torch's ``Adam`` and ``SGD`` do.
+            ``"optimizer"`` is the group's optimiser class (default ``optimizer``), e.g. AdaGrad
+            for some parameters beside Adam for the rest. Other keys are keyword arguments of the
+            group's optimiser (e.g. ``betas`` in torch, ``b1`` in NumPyro)."""
 
 
 def split_param_groups(names, groups, lr):
@@ -345,6 +346,8 @@ def split_param_groups(names, groups, lr):
         if not chosen:
             raise ValueError(f"param_groups[{i}] ({group['params']!r}) selects no parameter left; parameters: {list(names)}")
         remaining = [n for n in remaining if n not in chosen]
+        if "optimizer" in group and not callable(group["optimizer"]):
+            raise TypeError(f"param_groups[{i}]['optimizer'] must be an optimiser class, got {group['optimizer']!r}")
         options = {k: v for k, v in group.items() if k not in ("params", "lr")}
         out.append((chosen, group.get("lr", lr), options))
     if remaining:

@@ -40,14 +40,20 @@ def solve_lower(L, B, transpose=False):
     return _per_matrix(lambda L, B: solve_triangular(L, B, lower=True, trans=1 if transpose else 0), L, B)
 
 
-def cholesky(A, levels, message):
-    """Lower factor of ``A + level I`` for the first of ``levels`` that succeeds.
+def cholesky(A, levels, message, dtype):
+    """Lower factor of ``A + level I`` for the first of ``levels`` that succeeds, computed in
+    ``dtype`` and returned in ``A``'s.
 
     Under ``jit``/``grad`` tracing the retries are nested ``lax.cond`` and a final failure returns
     NaN (so the loss becomes NaN) instead of raising: a host callback to raise would cost about as
     much as the rest of a small SVI step.
     """
-    return _escalating_cholesky(A, tuple(levels), message)
+    levels, dtype = tuple(levels), jnp.dtype(dtype)
+    if dtype == A.dtype:
+        return _escalating_cholesky(A, levels, message)
+    if dtype == jnp.float64 and not jax.config.jax_enable_x64:
+        return _cholesky_in_x64(A, levels, message)
+    return _escalating_cholesky(A.astype(dtype), levels, message).astype(A.dtype)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
@@ -73,19 +79,42 @@ def _escalating_cholesky(A, levels, message):
 def _escalating_cholesky_jvp(levels, message, primals, tangents):
     # Differentiating through the retries would carry a failed attempt's NaN factor into the
     # gradient (reverse mode multiplies its zero cotangent by the NaN), so the derivative is taken
-    # of the factor that was kept: dL = L Phi(L^-1 dA L^-T), the jitter being a constant.
+    # of the factor that was kept, the jitter being a constant.
     (A,), (dA,) = primals, tangents
     L = _escalating_cholesky(A, levels, message)
+    return L, _cholesky_tangent(L, dA)
+
+
+def _cholesky_tangent(L, dA):
+    """``dL = L Phi(L^-1 dA L^-T)`` (Phi: the lower triangle, half the diagonal)."""
     dA = 0.5 * (dA + dA.mT)
     inner = solve_lower(L, solve_lower(L, dA).mT)
     phi = jnp.tril(inner) - 0.5 * jnp.eye(L.shape[-1], dtype=L.dtype) * inner
-    return L, L @ phi
+    return L @ phi
 
 
-def check_dtype(dtype):
-    if dtype is not None and jnp.dtype(dtype) == jnp.float64 and not jax.config.jax_enable_x64:
-        raise ValueError(f"cholesky_dtype={jnp.dtype(dtype).name} needs jax.config.update('jax_enable_x64', True)")
-    return dtype
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _cholesky_in_x64(A, levels, message):
+    # A float64 factor inside a program without jax_enable_x64: float64 exists only within such
+    # a block, and JAX transposes a JVP outside any block (where float64 products are truncated
+    # to float32), so the derivative is a VJP computed in a block of its own, in float64 as with
+    # jax_enable_x64. The price: no forward mode (jax.jvp, jax.hessian) through this factor.
+    return _cholesky_in_x64_fwd(A, levels, message)[0]
+
+
+def _cholesky_in_x64_fwd(A, levels, message):
+    with jax.enable_x64(True):
+        L = _escalating_cholesky(A.astype(jnp.float64), levels, message)
+        return L.astype(A.dtype), L
+
+
+def _cholesky_in_x64_bwd(levels, message, L, cotangent):
+    with jax.enable_x64(True):
+        transpose = jax.linear_transpose(functools.partial(_cholesky_tangent, L), L)
+        return (transpose(cotangent.astype(L.dtype))[0].astype(cotangent.dtype),)
+
+
+_cholesky_in_x64.defvjp(_cholesky_in_x64_fwd, _cholesky_in_x64_bwd)
 
 
 def precise_matmul(a, b):
@@ -121,6 +150,11 @@ def uniform(key, shape, dtype=None, device=None):
 def permutation(key, n, device=None):
     """A random permutation of ``range(n)`` from ``key``."""
     return jax.random.permutation(key, n)
+
+
+def randint(key, shape, high, device=None):
+    """Uniform integers in ``[0, high)`` from ``key``."""
+    return jax.random.randint(key, shape, 0, high)
 
 
 def blockwise_sum(block, size, chunk, like):

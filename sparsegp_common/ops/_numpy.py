@@ -9,18 +9,14 @@ def solve_lower(L, B, transpose=False):
     return np.linalg.solve(np.swapaxes(L, -1, -2) if transpose else L, B)
 
 
-def cholesky(A, levels, message):
-    eye = np.eye(A.shape[-1], dtype=A.dtype)
+def cholesky(A, levels, message, dtype):
+    work, eye = A.astype(dtype), np.eye(A.shape[-1], dtype=dtype)
     for level in levels:
         try:
-            return np.linalg.cholesky(A + level * eye)
+            return np.linalg.cholesky(work + level * eye).astype(A.dtype)
         except np.linalg.LinAlgError:
             continue
     raise CholeskyError(message)
-
-
-def check_dtype(dtype):
-    return dtype
 
 
 def precise_matmul(a, b):
@@ -53,6 +49,10 @@ def uniform(key, shape, dtype=None, device=None):
 
 def permutation(key, n, device=None):
     return np.random.permutation(n) if key is None else key.permutation(n)
+
+
+def randint(key, shape, high, device=None):
+    return np.random.randint(0, high, shape) if key is None else key.integers(0, high, shape)
 
 
 def blockwise_sum(block, size, chunk, like):

@@ -16,18 +16,16 @@ def solve_lower(L, B, transpose=False):
     return torch.linalg.solve_triangular(L, B, upper=False)
 
 
-def cholesky(A, levels, message):
-    """Lower factor of ``A + level I`` for the first of ``levels`` that succeeds."""
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+def cholesky(A, levels, message, dtype):
+    """Lower factor of ``A + level I`` for the first of ``levels`` that succeeds, computed in
+    ``dtype`` and returned in ``A``'s."""
+    work = A.to(dtype)
+    eye = torch.eye(A.shape[-1], dtype=dtype, device=A.device)
     for level in levels:
-        L, info = torch.linalg.cholesky_ex(A + level * eye)
+        L, info = torch.linalg.cholesky_ex(work + level * eye)
         if not bool(info.any()):
-            return L
+            return L.to(A.dtype)
     raise CholeskyError(message)
-
-
-def check_dtype(dtype):
-    return dtype
 
 
 def precise_matmul(a, b):
@@ -115,6 +113,11 @@ def uniform(key, shape, dtype=None, device=None):
 def permutation(key, n, device=None):
     """A random permutation of ``range(n)`` (``key``: a ``torch.Generator`` or None, the global RNG)."""
     return torch.randperm(n, generator=key, device=device)
+
+
+def randint(key, shape, high, device=None):
+    """Uniform integers in ``[0, high)`` (``key``: a ``torch.Generator`` or None, the global RNG)."""
+    return torch.randint(high, shape, generator=key, device=device)
 
 
 def blockwise_sum(block, size, chunk, like):

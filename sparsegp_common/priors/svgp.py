@@ -24,8 +24,11 @@ class SVGP(GPPrior):
         diagonal: mean-field ``q`` (``q_sqrt`` of shape ``(..., M)``) instead of a full
             Cholesky factor ``(..., M, M)``.
         jitter: added to the diagonal of ``Kuu`` (escalated tenfold up to 3 times on failure).
-        cholesky_dtype: factorise ``Kuu`` in this dtype (e.g. float64 inside a float32 model;
-            in JAX it needs ``jax_enable_x64``) and cast the factor back.
+        cholesky_dtype: the dtype (or its name) ``Kuu`` is factorised in, the factor then cast
+            to the model's dtype. The default, float64, costs a float32 model little (``O(M^3)``
+            of a step's work, as in GPyTorch's variational strategy) and keeps its gradients
+            right when inducing inputs nearly coincide (docs/usage.md, "Numerics"); ``None``
+            factorises in the model's dtype (on accelerators with slow float64).
         mean_function: a :class:`~sparsegp_common.priors.mean_functions.MeanFunction` ``m`` (``f = m + g``);
             None: zero. When its coefficients have a prior, ``q`` couples them with ``u``: the
             parameter ``q_sqrt_cross`` ``(..., M, P)`` is the off-diagonal block of their joint
@@ -36,7 +39,7 @@ class SVGP(GPPrior):
     """
 
     def __init__(self, kernel, Z, *, num_latent=None, whiten=True, diagonal=False, jitter=1e-6,
-                 cholesky_dtype=None, mean_function=None, name="gp"):
+                 cholesky_dtype="float64", mean_function=None, name="gp"):
         super().__init__(name)
         features = Z if isinstance(Z, Features) else self._adapted[InducingPoints](Z)
         if not isinstance(jitter, numbers.Real) or not jitter >= 0:

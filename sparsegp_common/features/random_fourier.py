@@ -1,0 +1,104 @@
+"""Random Fourier features whose frequencies are recomputed from ``(seed, index)`` (Rahimi and
+Recht, 2007), so that a basis of ``m = 10^7`` functions never stores an ``m x D`` table: the
+weight-space basis of the quadruply stochastic estimator (Evans and Nair, 2020, Sec. 2.1; see
+:mod:`sparsegp_common.objectives.quadruply_stochastic`).
+
+``phi_i(x) = sqrt(2) cos(omega_i^T x + b_i)`` with ``omega_i = Omega_i / lengthscale``, ``Omega_i``
+drawn from the kernel's normalised spectral density (standard normal for the squared exponential,
+a multivariate Student t with ``2 nu`` degrees of freedom for Matern-nu) and ``b_i`` uniform on
+``[0, 2 pi)``; the weights' prior precision is ``S = (m / variance) I``, so that
+``E[phi(x)^T S^-1 phi(z)] = k(x, z)``.
+
+The draws come from a counter-based generator: a 32-bit integer hash of ``(seed, index, stream)``
+written with int32 arithmetic that wraps the same way in NumPy, torch and JAX (also without
+``jax_enable_x64``), so every backend computes the same frequencies.
+"""
+import math
+
+from sparsegp_common.kernels import Matern, SquaredExponential
+from sparsegp_common.ops import namespace
+
+__all__ = ["RandomFourierBasis", "counter_normal", "counter_uniform"]
+
+_MIX = (-1640531535, 1013904223, 668265263)  # odd multipliers (as int32) for seed, index and stream
+
+
+def _shift(x, bits, xp):
+    """Logical right shift of int32 values (``>>`` on signed integers copies the sign bit)."""
+    return (x >> bits) & ((1 << (32 - bits)) - 1)
+
+
+def _hash(seed, index, stream, xp):
+    # "lowbias32" finaliser (C. Wellons, hash-prospector) over a linear mix of the three counters
+    offset = (seed * _MIX[0] + stream * _MIX[2] + (1 << 31)) % (1 << 32) - (1 << 31)  # as an int32
+    x = xp.astype(index, xp.int32) * _MIX[1] + offset
+    x = x ^ _shift(x, 16, xp)
+    x = x * 2146121005  # 0x7feb352d
+    x = x ^ _shift(x, 15, xp)
+    x = x * -2073254261  # 0x846ca68b
+    return x ^ _shift(x, 16, xp)
+
+
+def counter_uniform(seed, index, stream, dtype):
+    """Uniform draws on ``(0, 1)`` (24 random bits), one per entry of the integer array ``index``,
+    the same for the same ``(seed, index, stream)`` in every backend."""
+    xp = namespace(index)
+    bits = _shift(_hash(seed, index, stream, xp), 8, xp)
+    return (xp.astype(bits, dtype) + 0.5) / 16777216.0
+
+
+def counter_normal(seed, index, stream, dtype):
+    """Standard normal draws (Box-Muller on the uniform streams ``2 stream`` and ``2 stream + 1``)."""
+    xp = namespace(index)
+    u1, u2 = (counter_uniform(seed, index, 2 * stream + s, dtype) for s in (0, 1))
+    return xp.sqrt(-2.0 * xp.log(u1)) * xp.cos(2 * math.pi * u2)
+
+
+class RandomFourierBasis:
+    """``m`` random Fourier features of a stationary ``kernel`` (squared exponential or Matern)
+    on ``input_dim``-dimensional inputs, read by index.
+
+    Args:
+        kernel: a :class:`~sparsegp_common.kernels.SquaredExponential` or
+            :class:`~sparsegp_common.kernels.Matern` kernel (its lengthscale and variance are read
+            at every call, so they can be learnt).
+        num_features: ``m``.
+        input_dim: ``D``.
+        seed: an integer naming the frequencies.
+    """
+
+    diagonal_prior = True
+
+    def __init__(self, kernel, num_features, input_dim, seed=0):
+        if isinstance(kernel, SquaredExponential):
+            self.degrees = None
+        elif isinstance(kernel, Matern):
+            self.degrees = int(round(2 * kernel.nu))
+        else:
+            raise TypeError(f"random Fourier features need a squared exponential or Matern kernel, got {type(kernel).__name__}")
+        if int(num_features) < 1 or int(input_dim) < 1:
+            raise ValueError(f"num_features and input_dim must be positive, got {num_features} and {input_dim}")
+        self.kernel, self.num_features, self.input_dim, self.seed = kernel, int(num_features), int(input_dim), int(seed)
+
+    def frequencies(self, I, dtype):
+        """``Omega_I``, ``(len(I), D)``, before the lengthscale: from the normalised spectral density."""
+        xp = namespace(I)
+        omega = xp.stack([counter_normal(self.seed, I, 1 + d, dtype) for d in range(self.input_dim)], axis=-1)
+        if self.degrees is None:
+            return omega
+        chi2 = sum(counter_normal(self.seed, I, 1 + self.input_dim + j, dtype) ** 2 for j in range(self.degrees))
+        return omega * xp.sqrt(self.degrees / chi2)[:, None]
+
+    def features(self, X, I):
+        """``Phi[:, I]`` at the rows ``X`` ``(n, D)``: ``(n, len(I))``."""
+        xp = namespace(X)
+        if X.shape[-1] != self.input_dim:
+            raise ValueError(f"X has {X.shape[-1]} columns but the basis has input_dim={self.input_dim}")
+        omega = self.frequencies(I, X.dtype) / self.kernel.lengthscale
+        phase = 2 * math.pi * counter_uniform(self.seed, I, 0, X.dtype)
+        return math.sqrt(2.0) * xp.cos(X @ omega.mT + phase)
+
+    def prior_diagonal(self, I):
+        """``S_ii = m / variance`` for ``i`` in ``I``."""
+        variance = self.kernel.variance
+        return namespace(variance).broadcast_to(self.num_features / variance, tuple(I.shape))

@@ -1,0 +1,120 @@
+"""The quadruply stochastic estimator of the Gaussian-likelihood ELBO of a weight-space model
+(Evans and Nair, 2020, "Quadruply stochastic Gaussian processes", Theorems 1-2, Propositions 1-2).
+
+The model is ``f(x) = phi(x)^T w`` with ``m`` basis functions, prior ``w ~ N(0, S^-1)`` and
+``q(w) = N(mu, C C^T)`` (:class:`~sparsegp_common.variational.chevron.Chevron`). With
+``y ~ N(Phi w, noise I)`` the negative ELBO is ``(L_mu + L_Sigma + L_const) / 2`` (their Eq. 2):
+
+* ``L_mu = (-2 y^T Phi mu + |Phi mu|^2) / noise + mu^T S mu``;
+* ``L_Sigma = sum_r [c_r^T (Phi^T Phi / noise + S) c_r - 2 log C_rr]`` over the columns ``c_r``;
+* ``L_const = -log|S| - m + n log(2 pi noise) + y^T y / noise``.
+
+Each sum over data rows or basis functions is estimated from a uniform draw of its indices
+(:class:`Draw`): rows (``n~`` of ``n``), two independent basis sets ``I`` and ``J`` for the two
+sides of every quadratic form, dense columns ``R`` of ``C`` and diagonal columns ``D``. Sums are
+scaled by ``count / drawn``, so the estimate is unbiased with replacement or without (each index
+then has inclusion probability ``drawn / count``). Where the structure allows, a quadratic form
+is a single-index sum (a diagonal ``S``: ``sum_i S_ii v_i^2``; a diagonal column: Proposition
+1's ``(|phi_r|^2 / noise + S_rr) C_rr^2``), which removes the variance of the pairs ``i != j``
+that a diagonal never has. The cost is ``O(n~ m~ (1 + k) + m~^2)``, whatever ``n`` and ``m``.
+
+A basis answers ``features(X, I)`` (``Phi[rows, I]``, ``(n~, len(I))``), ``diagonal_prior``,
+``prior_diagonal(I)`` (``S_ii``), and, for a dense ``S``, ``prior_block(J, I)`` (``S[J, I]``)
+and ``prior_log_det()`` (exact ``log|S|``).
+"""
+import math
+from typing import NamedTuple
+
+from sparsegp_common.ops import backend, device, namespace
+
+__all__ = ["Draw", "draw", "gaussian_loss"]
+
+
+class Draw(NamedTuple):
+    """One draw of the index sets (integer arrays; duplicates allowed).
+
+    Attributes:
+        I, J: ``(m~,)`` basis indices in ``[0, m)``, drawn independently of each other (one set
+            for both sides of a quadratic form would bias it).
+        R: dense columns of ``C`` in ``[0, k)`` (all ``k`` of them, or a uniform draw).
+        D: diagonal columns in ``[k, m)``.
+    """
+
+    I: object
+    J: object
+    R: object
+    D: object
+
+
+def draw(key, like, num_data, q, num_rows, num_basis, num_columns=None, replacement=True):
+    """``(rows, Draw)``: ``num_rows`` of the ``num_data`` rows; ``I``, ``J`` and ``D`` of
+    ``num_basis`` indices each; ``R``: every dense column of ``q`` (``num_columns=None``) or
+    ``num_columns`` of them. With ``replacement`` (the default) a draw costs ``O(num_basis)``;
+    without, ``O(m)`` (a permutation). ``like``: an array on the device (and of the backend) to
+    draw on; ``key``: the backend's key (torch, NumPy: a generator or None)."""
+    ops, where, xp = backend(like), device(like), namespace(like)
+    m, k = q.num_weights, q.num_dense
+    keys = ops.split(key, 5)
+
+    def pick(key, count, size, offset=0):
+        if not replacement and size > count:
+            raise ValueError(f"cannot draw {size} of {count} indices without replacement")
+        drawn = ops.randint(key, (size,), count, where) if replacement else ops.permutation(key, count, where)[:size]
+        return drawn + offset if offset else drawn
+
+    rows = pick(keys[0], num_data, num_rows)
+    R = xp.arange(k, device=where) if num_columns is None else pick(keys[3], k, num_columns)
+    D = pick(keys[4], m - k, num_basis, offset=k) if m > k else xp.arange(0, device=where)
+    return rows, Draw(pick(keys[1], m, num_basis), pick(keys[2], m, num_basis), R, D)
+
+
+def gaussian_loss(basis, q, X, y, noise, num_data, draw):
+    """An unbiased estimate of the negative ELBO ``(L_mu + L_Sigma + L_const) / 2``.
+
+    Args:
+        basis: the weight-space basis (see the module docstring).
+        q: a :class:`~sparsegp_common.variational.chevron.Chevron` over the ``m`` weights.
+        X: ``(n~, D)`` the drawn data rows; ``y``: ``(n~,)`` their targets.
+        noise: the likelihood variance (a scalar array).
+        num_data: ``n``, the number of training rows the draw came from.
+        draw: a :class:`Draw`.
+
+    Returns:
+        A scalar: its expectation over the rows and ``draw`` is the exact negative ELBO, its
+        gradient's that of the exact one.
+    """
+    xp = namespace(y)
+    m, k = q.num_weights, q.num_dense
+    rows, pairs = num_data / y.shape[0], (m / draw.I.shape[0]) * (m / draw.J.shape[0])
+    Phi_I, Phi_J = basis.features(X, draw.I), basis.features(X, draw.J)
+
+    def quadratic(v_I, v_J):
+        """``v^T (Phi^T Phi / noise + S) v`` for the columns of ``v`` (``(m~, p)`` at I and J)."""
+        data = rows * pairs * xp.sum((Phi_J @ v_J) * (Phi_I @ v_I), axis=0) / noise
+        if basis.diagonal_prior:
+            prior = (m / draw.I.shape[0]) * xp.sum(basis.prior_diagonal(draw.I)[:, None] * v_I**2, axis=0)
+        else:
+            prior = pairs * xp.sum(v_J * (basis.prior_block(draw.J, draw.I) @ v_I), axis=0)
+        return data + prior
+
+    mu_I, mu_J = q.mean(draw.I), q.mean(draw.J)
+    L_mu = -2 * rows * (m / draw.I.shape[0]) * xp.sum(y * (Phi_I @ mu_I)) / noise + quadratic(
+        mu_I[:, None], mu_J[:, None])[0]
+    L_sigma = _diagonal_columns(basis, q, X, noise, rows, draw.D) if m > k else 0.0
+    if k:
+        columns = quadratic(q.column_block(draw.I, draw.R), q.column_block(draw.J, draw.R))
+        L_sigma = L_sigma + (k / draw.R.shape[0]) * xp.sum(columns - 2 * q.log_diagonal(draw.R))
+    if basis.diagonal_prior:
+        log_det = (m / draw.I.shape[0]) * xp.sum(xp.log(basis.prior_diagonal(draw.I)))
+    else:
+        log_det = basis.prior_log_det()
+    L_const = -log_det - m + num_data * xp.log(2 * math.pi * noise) + rows * xp.sum(y**2) / noise
+    return 0.5 * (L_mu + L_sigma + L_const)
+
+
+def _diagonal_columns(basis, q, X, noise, rows, D):
+    """``sum_{r >= k} (|phi_r|^2 / noise + S_rr) C_rr^2 - 2 log C_rr`` from the columns ``D``."""
+    xp = namespace(X)
+    Phi_D, log_c = basis.features(X, D), q.log_diagonal(D)
+    per_column = (rows * xp.sum(Phi_D**2, axis=0) / noise + basis.prior_diagonal(D)) * xp.exp(2 * log_c) - 2 * log_c
+    return ((q.num_weights - q.num_dense) / D.shape[0]) * xp.sum(per_column)

@@ -1,0 +1,70 @@
+"""The chevron family of weight-space posteriors (Challis and Barber, 2013; used by Evans and Nair,
+2020, "Quadruply stochastic Gaussian processes", Sec. 2.2): ``q(w) = N(q_mu, C C^T)`` over ``m``
+weights with a lower-triangular ``C`` whose first ``k`` columns are dense below the diagonal and
+whose other columns hold only their diagonal. ``k = 0`` is mean-field, ``k = m`` a full Cholesky
+factor; about ``(k + 2) m`` numbers in all.
+
+Every read is of gathered rows (``mean(I)``, ``column_block(I, R)``, ``log_diagonal(I)``), so an
+estimator that touches ``m~`` of the ``m`` weights costs ``O(m~ k)``, not ``O(m)``.
+"""
+from sparsegp_common.ops import namespace
+
+__all__ = ["Chevron"]
+
+
+class Chevron:
+    """``q(w)`` from its tables.
+
+    Args:
+        q_mu: ``(m,)`` mean.
+        log_diagonal: ``(m,)`` ``log C_rr`` (the diagonal kept positive).
+        dense: ``(m, k)``: ``C_ir`` for ``i > r`` of the first ``k`` columns (entries on and above
+            the diagonal are ignored).
+    """
+
+    def __init__(self, q_mu, log_diagonal, dense):
+        if q_mu.ndim != 1 or log_diagonal.shape != q_mu.shape:
+            raise ValueError(f"q_mu and log_diagonal must both be (m,), got {tuple(q_mu.shape)} and "
+                             f"{tuple(log_diagonal.shape)}")
+        if dense.ndim != 2 or dense.shape[0] != q_mu.shape[0] or dense.shape[1] > q_mu.shape[0]:
+            raise ValueError(f"dense must be (m, k) with k <= m = {q_mu.shape[0]}, got {tuple(dense.shape)}")
+        self.q_mu, self.log_diag, self.dense = q_mu, log_diagonal, dense
+
+    @property
+    def num_weights(self):
+        return self.q_mu.shape[0]
+
+    @property
+    def num_dense(self):
+        return self.dense.shape[1]
+
+    def mean(self, I):
+        """``q_mu[I]``, ``(len(I),)``."""
+        return namespace(self.q_mu).take(self.q_mu, I, axis=0)
+
+    def log_diagonal(self, I):
+        """``log C_ii`` for ``i`` in ``I``."""
+        return namespace(self.log_diag).take(self.log_diag, I, axis=0)
+
+    def column_block(self, I, R):
+        """``C[I, R]``, ``(len(I), len(R))``, for dense columns ``R`` (each ``< k``): the dense
+        entry below the diagonal, ``C_rr`` on it, zero above it."""
+        xp = namespace(self.dense)
+        rows, cols = I[:, None], R[None, :]
+        below = xp.take(xp.take(self.dense, I, axis=0), R, axis=1)
+        diagonal = xp.exp(self.log_diagonal(I))[:, None]
+        return xp.where(rows > cols, below, xp.where(rows == cols, diagonal, xp.zeros_like(below)))
+
+    def covariance(self):
+        """The dense ``C C^T``, ``(m, m)``: for small ``m`` (references, diagnostics)."""
+        C = self.dense_factor()
+        return C @ C.mT
+
+    def dense_factor(self):
+        """The dense ``C``, ``(m, m)``: for small ``m``."""
+        xp = namespace(self.dense)
+        m, k = self.num_weights, self.num_dense
+        rows = xp.arange(m)
+        return self.column_block(rows, xp.arange(k)) if k == m else xp.concat(
+            [self.column_block(rows, xp.arange(k)),
+             xp.eye(m, dtype=self.dense.dtype)[:, k:] * xp.exp(self.log_diag)[:, None]], axis=1)
