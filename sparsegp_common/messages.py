@@ -27,7 +27,7 @@ def loss_not_finite(step, value):
     return (
         f"fit stopped: the loss became {value} at step {step}, so the parameters are no longer "
         "usable. Things to try: a lower learning rate (lr, or lr_schedule with a warm-up); train in "
-        "float64 (with SVGP's default cholesky_dtype='float64'); standardise the inputs X and remove "
+        "float64, or SVGP(cholesky_dtype='float64'); standardise the inputs X and remove "
         "near-duplicate inducing points; raise the jitter. With checkpoint=... the last checkpoint "
         "before the failure is kept and resume=True continues from it."
     )
@@ -36,8 +36,8 @@ def loss_not_finite(step, value):
 def gradient_not_finite(step, norm):
     return (
         f"fit stopped: the gradient became {norm} at step {step} while the loss was finite, so the "
-        "next update would make the parameters unusable. Things to try: train in float64 (with "
-        "SVGP's default cholesky_dtype='float64'); raise the jitter; standardise the inputs X and "
+        "next update would make the parameters unusable. Things to try: train in float64, or "
+        "SVGP(cholesky_dtype='float64'); raise the jitter; standardise the inputs X and "
         "remove near-duplicate inducing points; a lower learning rate."
     )
 
@@ -47,8 +47,8 @@ def gradient_spiked(step, norm, median):
         f"fit stopped: the gradient norm jumped to {norm:.3g} at step {step}, {norm / median:.2g} times "
         f"the median {median:.3g} of the steps before. After such a step Adam's second-moment "
         "estimate is swamped and every parameter stays frozen for thousands of steps, while the loss "
-        "looks calm. It is usually round-off: train in float64 (with SVGP's default "
-        "cholesky_dtype='float64'), raise the jitter, standardise the inputs X; or lower the learning "
+        "looks calm. It is usually round-off: train in float64 (or "
+        "SVGP(cholesky_dtype='float64')), raise the jitter, standardise the inputs X; or lower the learning "
         "rate. With checkpoint=... the last checkpoint before it is kept and resume=True continues "
         "from it."
     )

@@ -103,9 +103,9 @@ def test_float64_factor_and_its_gradient_inside_float32(backend):
             assert error < 1e-4 and error32 > 100 * error, (error, error32)
 
 
-def test_float32_svgp_factorises_kuu_in_float64_by_default(backend):
-    """The SVGP's default ``cholesky_dtype`` is float64 (``None``: the model's dtype): its factor
-    is the float64 factor of its float32 ``Kuu``, 10 times closer to it than float32's."""
+def test_float32_svgp_factorises_kuu_in_float64_when_asked(backend):
+    """``SVGP(cholesky_dtype="float64")``: its factor is the float64 factor of its float32 ``Kuu``,
+    10 times closer to it than the default's (the model's dtype)."""
     rng = np.random.default_rng(0)
     Z = rng.uniform(0, 30, (20, 1))
     Z[1] = Z[0] + 0.005
@@ -113,13 +113,13 @@ def test_float32_svgp_factorises_kuu_in_float64_by_default(backend):
         with context():
             factors = {}
             for chol in ("float64", None):
-                kwargs = {} if chol else {"cholesky_dtype": None}
+                kwargs = {"cholesky_dtype": chol} if chol else {}
                 gp = backend.bound(backend.lib.SVGP(backend.lib.Matern52(lengthscale=backend.array(2.0, np.float32)),
                                                     backend.array(Z, np.float32), **kwargs))
                 factors[chol] = backend.numpy(gp.posterior_factor())
                 K = backend.numpy(gp.kernel.K(gp.features.Z)).astype(np.float64)
             expected = np.linalg.cholesky(K + 1e-6 * np.eye(20))
-            assert factors["float64"].dtype == np.float32
+            assert factors["float64"].dtype == factors[None].dtype == np.float32
             np.testing.assert_allclose(factors["float64"], expected, rtol=1e-5, atol=1e-6)
             assert np.abs(factors[None] - expected).max() > 10 * np.abs(factors["float64"] - expected).max()
 

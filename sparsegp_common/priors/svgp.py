@@ -25,10 +25,11 @@ class SVGP(GPPrior):
             Cholesky factor ``(..., M, M)``.
         jitter: added to the diagonal of ``Kuu`` (escalated tenfold up to 3 times on failure).
         cholesky_dtype: the dtype (or its name) ``Kuu`` is factorised in, the factor then cast
-            to the model's dtype. The default, float64, costs a float32 model little (``O(M^3)``
-            of a step's work, as in GPyTorch's variational strategy) and keeps its gradients
-            right when inducing inputs nearly coincide (docs/usage.md, "Numerics"); ``None``
-            factorises in the model's dtype (on accelerators with slow float64).
+            to the model's dtype; None: the model's. ``"float64"`` inside a float32 model (what
+            GPyTorch's variational strategy does) keeps the factor and its gradient accurate when
+            inducing inputs nearly coincide, at the price of an ``O(M^3)`` float64 factorisation
+            and backward pass per step; JAX computes it without ``jax_enable_x64`` too (reverse
+            mode only). See docs/usage.md, "Numerics".
         mean_function: a :class:`~sparsegp_common.priors.mean_functions.MeanFunction` ``m`` (``f = m + g``);
             None: zero. When its coefficients have a prior, ``q`` couples them with ``u``: the
             parameter ``q_sqrt_cross`` ``(..., M, P)`` is the off-diagonal block of their joint
@@ -39,7 +40,7 @@ class SVGP(GPPrior):
     """
 
     def __init__(self, kernel, Z, *, num_latent=None, whiten=True, diagonal=False, jitter=1e-6,
-                 cholesky_dtype="float64", mean_function=None, name="gp"):
+                 cholesky_dtype=None, mean_function=None, name="gp"):
         super().__init__(name)
         features = Z if isinstance(Z, Features) else self._adapted[InducingPoints](Z)
         if not isinstance(jitter, numbers.Real) or not jitter >= 0:
