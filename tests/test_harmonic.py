@@ -35,6 +35,9 @@ def _groups():
             core.MultiWay(core.Rotation(4), core.Reflections.along_axes([[2]])),
             [lambda x, s=s: np.concatenate([x[:, :2] @ _rotation(np.pi * s[0] / 2).T, x[:, 2:] * (-1) ** s[1]], axis=1)
              for s in np.ndindex(4, 2)], 3),
+        # a map of the user's (not isometric to the library): the kernels of the transformed inputs
+        "cyclic_user_map": (core.CyclicMap(lambda x: x[..., [1, 2, 0]] + 0.0, 3),
+                            [lambda x, s=s: x[:, np.roll([0, 1, 2], -s)] for s in range(3)], 3),
     }
 
 
@@ -68,6 +71,12 @@ def test_group_maps(name, rng):
             total = tuple((a + b) % n for a, b, n in zip(s, s2, transformation.orders))
             np.testing.assert_allclose(transformation.apply(transformation.apply(X, s), s2), transformation.apply(X, total),
                                        atol=1e-12, err_msg=f"{s} then {s2}")
+        np.testing.assert_allclose(transformation.apply(G(X), transformation.inverse(s)), X, atol=1e-12)
+        if transformation.isometric:  # an isometry about the centre: what the kernels' reuse relies on
+            GX, center = G(X), np.asarray(transformation.center)
+            np.testing.assert_allclose(transformation.linear(X - center, s), GX - center, atol=1e-12)
+            np.testing.assert_allclose(np.linalg.norm(GX[:, None] - GX[None], axis=-1),
+                                       np.linalg.norm(X[:, None] - X[None], axis=-1), atol=1e-12)
 
 
 @pytest.mark.parametrize("whiten", [True, False])
@@ -104,6 +113,24 @@ def test_features_and_elbo_against_the_orbit(backend, rng, name, whiten):
     model = lib.GPModel(gp, backend.set(lib.Gaussian(), variance=noise))
     expected = ref.gaussian_ell(noise)(y, mean_ref, np.diag(cov_ref)).sum() - kl_ref
     assert float(backend.numpy(model.elbo(backend.array(X), backend.array(y)))) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["negation", "axes"])
+def test_axis_flips_with_ard_lengthscales(backend, rng, name):
+    """Maps that keep the axes allow one lengthscale per dimension: the blocks of Kuu and Kuf are
+    still the orbit's covariances (the inputs scaled once, then flipped)."""
+    transformation, maps, D = GROUPS[name]
+    T, m = transformation.num_components, 3
+    X, Z, lengthscale = rng.normal(size=(9, D)), rng.normal(size=(T, m, D)), rng.uniform(0.5, 2.0, size=D)
+    KUU, KUf = ref.harmonic_covariances(lambda A, B: ref.kernel("matern52", A, B, lengthscale, 0.8), maps,
+                                        transformation.weights(), Z, X)
+    features = backend.lib.HarmonicFeatures(backend.array(Z), transformation)
+    gp = backend.bound(backend.lib.SVGP(backend.kernel("matern52", lengthscale, 0.8), features))
+    blocks = [slice(t * m, (t + 1) * m) for t in range(T)]
+    np.testing.assert_allclose(backend.numpy(backend.lib.Kuu(gp.features, gp.kernel)),
+                               np.stack([KUU[b, b] for b in blocks]), rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(backend.numpy(backend.lib.Kuf(gp.features, gp.kernel, backend.array(X))),
+                               np.stack([KUf[b] for b in blocks]), rtol=1e-10, atol=1e-13)
 
 
 def test_components_sum_to_the_kernel(backend, rng):

@@ -28,7 +28,7 @@ import numpy as np
 from sparsegp_common.features import Features, Kuf, Kuu, component_variances
 from sparsegp_common.features.nystrom import trace_error
 from sparsegp_common.kernels import Kernel, Product, Stationary, Sum
-from sparsegp_common.ops import device, namespace
+from sparsegp_common.ops import backend, device, namespace
 
 __all__ = [  # what the backends re-export (HarmonicFeatures adapted)
     "CyclicMap", "ImageFlips", "ImageTranslation", "MultiWay", "Negation", "Reflections", "Rotation", "Transformation",
@@ -56,14 +56,33 @@ class Transformation:
     ``keeps_axes``: every map sends each coordinate to plus or minus itself about a centre, so a
     stationary kernel with ARD lengthscales stays invariant; otherwise (rotations, reflections
     along other directions, permutations) the kernel needs one shared lengthscale.
+
+    ``isometric``: every element is ``G^s x = c + R_s (x - c)`` with ``R_s`` orthogonal, given by
+    :meth:`linear` about :attr:`center`; stationary kernels then reuse the norms of the inputs and
+    compute only inner products per element (the paper's code, Sun et al. 2021, Sec. 4.3).
     """
 
     orders = ()
     keeps_axes = False
+    isometric = False
+    center = 0.0
 
     def apply(self, X, s):
         """``G_1^{s_1} .. G_J^{s_J} X`` for ``X (..., D)`` and a multi-index ``s`` (J integers)."""
+        if not self.isometric:
+            raise NotImplementedError
+        if not any(s):
+            return X
+        center = _like(self.center, X)
+        return center + self.linear(X - center, s)
+
+    def linear(self, X, s):
+        """``R_s X`` (isometric maps): the element ``s`` about the centre, applied to centred inputs."""
         raise NotImplementedError
+
+    def inverse(self, s):
+        """The multi-index of the inverse element: ``G^{-s}``."""
+        return tuple((-k) % order for k, order in zip(s, self.orders))
 
     @property
     def num_components(self):
@@ -87,15 +106,14 @@ class Negation(Transformation):
     """``x -> 2 c - x`` (order 2): the even and odd parts of ``f`` about ``center`` (standardised
     inputs: 0). Any stationary kernel is invariant."""
 
-    keeps_axes = True
+    keeps_axes = isometric = True
     orders = (2,)
 
     def __init__(self, center=0.0):
         self.center = np.asarray(center, dtype=float)
 
-    def apply(self, X, s):
-        (s,) = s
-        return X if s == 0 else _like(2 * self.center, X) - X
+    def linear(self, X, s):
+        return -X if s[0] else X
 
 
 class Reflections(Transformation):
@@ -118,6 +136,7 @@ class Reflections(Transformation):
         self.subsets, self.basis, self.center = subsets, basis, np.asarray(center, dtype=float)
         self.orders = (2,) * len(subsets)
         self.keeps_axes = basis is None
+        self.isometric = True
 
     @classmethod
     def along_axes(cls, subsets, center=0.0):
@@ -145,23 +164,24 @@ class Reflections(Transformation):
                 signs[subset] *= -1
         return signs
 
-    def apply(self, X, s):
+    def linear(self, X, s):
         if not any(s):
             return X
-        center = _like(self.center, X)
         if self.basis is None:
             if max(max(subset) for subset in self.subsets) >= X.shape[-1]:
                 raise ValueError(f"subsets name axis {max(map(max, self.subsets))} but the inputs have {X.shape[-1]}")
-            return center + (X - center) * _like(self.signs(s, X.shape[-1]), X)
+            return X * _like(self.signs(s, X.shape[-1]), X)
         basis = self.basis
-        # x - 2 P_flipped (x - c): exact for the directions outside the basis too
+        # x - 2 P_flipped x: exact for the directions outside the basis too
         flipped = basis * (self.signs(s, basis.shape[1]) < 0)
-        return X - 2 * ((X - center) @ _like(flipped, X)) @ _like(basis.T, X)
+        return X - 2 * (X @ _like(flipped, X)) @ _like(basis.T, X)
 
 
 class Rotation(Transformation):
     """Rotation by ``2 pi / order`` in the plane of the coordinates ``axes`` about ``center``
     (exact angles ``2 pi s / order``, not powers of one matrix)."""
+
+    isometric = True
 
     def __init__(self, order, axes=(0, 1), center=0.0):
         real_weights(order)  # validates the order
@@ -170,7 +190,7 @@ class Rotation(Transformation):
         self.orders, self.axes = (int(order),), tuple(int(a) for a in axes)
         self.center = np.asarray(center, dtype=float)
 
-    def apply(self, X, s):
+    def linear(self, X, s):
         (s,) = s
         if s == 0:
             return X
@@ -180,12 +200,13 @@ class Rotation(Transformation):
         angle = 2 * np.pi * s / self.orders[0]
         R = np.eye(D)
         R[[i, i, j, j], [i, j, i, j]] = np.cos(angle), -np.sin(angle), np.sin(angle), np.cos(angle)
-        center = _like(self.center, X)
-        return center + (X - center) @ _like(R.T, X)
+        return X @ _like(R.T, X)
 
 
 class _Permutation(Transformation):
-    """Maps that permute the coordinates (pixels): ``G^s x = x[perm_s]``."""
+    """Maps that permute the coordinates (pixels): ``G^s x = x[perm_s]``, linear about 0."""
+
+    isometric = True
 
     def __init__(self, image_shape):
         image_shape = tuple(int(n) for n in image_shape)
@@ -204,6 +225,8 @@ class _Permutation(Transformation):
                              f"{math.prod(self.image_shape)} pixels")
         xp = namespace(X)
         return xp.take(X, xp.asarray(self.permutation(s), device=device(X)), axis=X.ndim - 1)
+
+    linear = apply
 
     def _pixels(self):
         return np.arange(math.prod(self.image_shape)).reshape(self.image_shape)
@@ -263,13 +286,23 @@ class MultiWay(Transformation):
         self.ways = ways
         self.orders = tuple(order for way in ways for order in way.orders)
         self.keeps_axes = all(way.keeps_axes for way in ways)
+        centers = [np.asarray(way.center, dtype=float) for way in ways]
+        self.isometric = all(way.isometric for way in ways) and all(
+            np.shape(c) == np.shape(centers[0]) and np.array_equal(c, centers[0]) for c in centers)
+        self.center = centers[0]
 
-    def apply(self, X, s):
+    def _each(self, X, s, method):
         start = 0
         for way in self.ways:
-            X = way.apply(X, s[start:start + len(way.orders)])
+            X = getattr(way, method)(X, s[start:start + len(way.orders)])
             start += len(way.orders)
         return X
+
+    def apply(self, X, s):
+        return self._each(X, s, "apply")
+
+    def linear(self, X, s):
+        return self._each(X, s, "linear")
 
 
 def _like(a, X):
@@ -326,12 +359,44 @@ class HarmonicFeatures(Features):
         self.component_shape = (T,)
         self._param("Z", namespace(Z).asarray(Z, copy=True))
 
-    def orbit_sum(self, kernel_of):
-        """``sum_s W[:, s] kernel_of(G^s Z, s == 0)``: ``(T, m, ...)`` from one kernel matrix per
-        group element (``(T, m, ...)``, or ``(m, ...)`` when shared)."""
-        Z = self.Z
-        return _orbit_sum(self.transformation, lambda s: kernel_of(self.transformation.apply(Z, s), not any(s)),
+    def orbit_sum(self, kernel, X=None):
+        """``sum_s W[:, s] k(G^s Z, X)`` (``X`` None: ``Z``): ``(T, m, N)``."""
+        return _orbit_sum(self.transformation, _orbit_kernel(self.transformation, kernel, self.Z, X),
                           has_component_axis=not self.shared)
+
+
+def _orbit_kernel(transformation, kernel, Z, X=None):
+    """``term(s) = k(G^s Z, X)`` (``X`` None: ``Z``, the identity's diagonal exact), ``Z`` with or
+    without the component axis.
+
+    A stationary kernel under an isometric map (``|G^s z - x| = |R_s (z - c) - (x - c)|``) reuses
+    the centred, scaled inputs and their norms: each element costs one product of inner
+    products, applied to the side with fewer rows (``R_s z . x = z . R_s^{-1} x``), instead of
+    rescaling and norming its transformed copy (Sun et al. 2021, Sec. 4.3)."""
+    fast = (isinstance(kernel, Stationary) and transformation.isometric and kernel.lengthscale.ndim == 1
+            and kernel.variance.ndim == 0)
+    if not fast:
+        Y = Z if X is None else X
+        return lambda s: kernel.K(Z, X) if X is None and not any(s) else kernel.K(transformation.apply(Z, s), Y)
+    xp = namespace(Z) if X is None else namespace(Z, X)
+    kernel._check_dimension(Z.shape[-1])
+    center, lengthscale = _like(transformation.center, Z), kernel.lengthscale
+    Zs = (Z - center) / lengthscale
+    Ys = Zs if X is None else (X - center) / lengthscale
+    z2, y2 = xp.sum(Zs**2, axis=-1)[..., None], xp.sum(Ys**2, axis=-1)
+    y2 = y2[..., None, :] if X is None else y2
+    move_data = Ys.shape[-2] < math.prod(Zs.shape[:-1])
+    matmul = backend(Z).precise_matmul
+
+    def term(s):
+        if X is None and not any(s):
+            return kernel.K(Z)
+        if move_data:
+            cross = matmul(Zs, transformation.linear(Ys, transformation.inverse(s)).mT)
+        else:
+            cross = matmul(transformation.linear(Zs, s), Ys.mT)
+        return kernel.variance * kernel.shape_fn(xp.clip(z2 + y2 - 2 * cross, min=0.0))
+    return term
 
 
 def _orbit_sum(transformation, term, has_component_axis):
@@ -349,15 +414,14 @@ def _orbit_sum(transformation, term, has_component_axis):
 @Kuu.register(HarmonicFeatures, Kernel)
 def _kuu_harmonic(features, kernel):
     check_invariant(kernel, features.transformation)
-    Z = features.Z
-    K = features.orbit_sum(lambda GZ, identity: kernel.K(Z) if identity else kernel.K(GZ, Z))
+    K = features.orbit_sum(kernel)
     return (K + K.mT) / 2  # k_t is symmetric; round-off is not
 
 
 @Kuf.register(HarmonicFeatures, Kernel)
 def _kuf_harmonic(features, kernel, X):
     check_invariant(kernel, features.transformation)
-    return features.orbit_sum(lambda GZ, identity: kernel.K(GZ, X))
+    return features.orbit_sum(kernel, X)
 
 
 @component_variances.register(HarmonicFeatures, Kernel)
