@@ -23,7 +23,7 @@ __all__ = ["RandomFourierBasis", "counter_normal", "counter_uniform"]
 _MIX = (-1640531535, 1013904223, 668265263)  # odd multipliers (as int32) for seed, index and stream
 
 
-def _shift(x, bits, xp):
+def _shift(x, bits):
     """Logical right shift of int32 values (``>>`` on signed integers copies the sign bit)."""
     return (x >> bits) & ((1 << (32 - bits)) - 1)
 
@@ -32,18 +32,18 @@ def _hash(seed, index, stream, xp):
     # "lowbias32" finaliser (C. Wellons, hash-prospector) over a linear mix of the three counters
     offset = (seed * _MIX[0] + stream * _MIX[2] + (1 << 31)) % (1 << 32) - (1 << 31)  # as an int32
     x = xp.astype(index, xp.int32) * _MIX[1] + offset
-    x = x ^ _shift(x, 16, xp)
+    x = x ^ _shift(x, 16)
     x = x * 2146121005  # 0x7feb352d
-    x = x ^ _shift(x, 15, xp)
+    x = x ^ _shift(x, 15)
     x = x * -2073254261  # 0x846ca68b
-    return x ^ _shift(x, 16, xp)
+    return x ^ _shift(x, 16)
 
 
 def counter_uniform(seed, index, stream, dtype):
     """Uniform draws on ``(0, 1)`` (24 random bits), one per entry of the integer array ``index``,
     the same for the same ``(seed, index, stream)`` in every backend."""
     xp = namespace(index)
-    bits = _shift(_hash(seed, index, stream, xp), 8, xp)
+    bits = _shift(_hash(seed, index, stream, xp), 8)
     return (xp.astype(bits, dtype) + 0.5) / 16777216.0
 
 

@@ -71,7 +71,8 @@ def pair(support, a, v, I, J, num_data, noise):
     sampled = scale * (m / I.shape[0]) * (m / J.shape[0]) * xp.sum((Phi_J @ v_J) * (Phi_I @ v_I))
     idx, weights, size = occurrences(I, J, v.dtype)
     v_U = xp.take(v, idx, axis=0)
-    live = a + support.basis.features(support.X, idx) @ (weights[:, None] * (v_U - ops.stop_gradient(v_U)))
+    Phi_U = xp.concat([Phi_I, Phi_J], axis=1)  # the features at idx = concat(I, J)
+    live = a + Phi_U @ (weights[:, None] * (v_U - ops.stop_gradient(v_U)))
     exact = scale * xp.sum(live**2)
     factor = m / size
     return factor * exact + ops.stop_gradient((1 - factor) * exact) - sampled
