@@ -14,6 +14,12 @@ def positive_int(value, name):
     return int(value)
 
 
+def nonnegative_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
 def one_of(value, name, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")

@@ -18,7 +18,7 @@ from sparsegp_common.ops import backend, namespace
 from sparsegp_common.variational import conditionals
 
 # classes whose constructor is the PPL's own (ELBO options), not ours
-PPL_SIGNATURES = {"CollapsedELBO"}
+PPL_SIGNATURES = {"CollapsedELBO", "QuadruplyStochasticELBO"}
 # JAX has no global RNG: NumPyro methods that draw take ``key``, and distributions follow each PPL's
 # ``sample`` signature; the rest of a signature must agree
 RNG_ARGUMENTS = {"key"}

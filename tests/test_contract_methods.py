@@ -36,6 +36,7 @@ def build(lib, array, method):
         "hermite": lambda: lib.SVGP(lib.RBF(lengthscale=ls), lib.HermiteFeatures(4, array([1.0, 1.0]), kernel=lib.RBF(lengthscale=ls))),
         "bernoulli": lambda: lib.SVGP(lib.Matern32(lengthscale=ls), Z),
         "harmonic": lambda: lib.SVGP(lib.RBF(lengthscale=ls), lib.HarmonicFeatures(Z, lib.harmonic.Reflections.along_axes([[0], [1]]))),
+        "qsgp": lambda: lib.QSGP(lib.Matern52(lengthscale=ls), 16, 2, num_dense=3),
     }
     likelihood = lib.Bernoulli() if method == "bernoulli" else gaussian
     model = lib.GPModel(priors[method](), likelihood, num_data=N)
@@ -43,7 +44,7 @@ def build(lib, array, method):
     return model.model, model.guide, (X, target), model.predict_f
 
 
-METHODS = ["svgp", "svgp-unwhitened-diagonal", "decoupled", "hermite", "bernoulli", "cox", "harmonic"]
+METHODS = ["svgp", "svgp-unwhitened-diagonal", "decoupled", "hermite", "bernoulli", "cox", "harmonic", "qsgp"]
 
 
 @pytest.mark.parametrize("method", METHODS)

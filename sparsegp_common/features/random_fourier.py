@@ -3,11 +3,12 @@ Recht, 2007), so that a basis of ``m = 10^7`` functions never stores an ``m x D`
 weight-space basis of the quadruply stochastic estimator (Evans and Nair, 2020, Sec. 2.1; see
 :mod:`sparsegp_common.objectives.quadruply_stochastic`).
 
-``phi_i(x) = sqrt(2) cos(omega_i^T x + b_i)`` with ``omega_i = Omega_i / lengthscale``, ``Omega_i``
-drawn from the kernel's normalised spectral density (standard normal for the squared exponential,
-a multivariate Student t with ``2 nu`` degrees of freedom for Matern-nu) and ``b_i`` uniform on
-``[0, 2 pi)``; the weights' prior precision is ``S = (m / variance) I``, so that
-``E[phi(x)^T S^-1 phi(z)] = k(x, z)``.
+``phi_i(x) = sqrt(2 variance / m) cos(omega_i^T x + b_i)`` with ``omega_i = Omega_i / lengthscale``,
+``Omega_i`` drawn from the kernel's normalised spectral density (standard normal for the squared
+exponential, a multivariate Student t with ``2 nu`` degrees of freedom for Matern-nu) and ``b_i``
+uniform on ``[0, 2 pi)``; the weights' prior is ``N(0, I)`` (``S = I``, whitened), so that
+``E[phi(x)^T phi(z)] = k(x, z)`` and a weight's scale does not depend on ``m`` or the
+hyperparameters (which optimisers with per-entry steps such as AdaGrad need).
 
 The draws come from a counter-based generator: a 32-bit integer hash of ``(seed, index, stream)``
 written with int32 arithmetic that wraps the same way in NumPy, torch and JAX (also without
@@ -16,7 +17,7 @@ written with int32 arithmetic that wraps the same way in NumPy, torch and JAX (a
 import math
 
 from sparsegp_common.kernels import Matern, SquaredExponential
-from sparsegp_common.ops import namespace
+from sparsegp_common.ops import device, namespace
 
 __all__ = ["RandomFourierBasis", "counter_normal", "counter_uniform"]
 
@@ -96,9 +97,9 @@ class RandomFourierBasis:
             raise ValueError(f"X has {X.shape[-1]} columns but the basis has input_dim={self.input_dim}")
         omega = self.frequencies(I, X.dtype) / self.kernel.lengthscale
         phase = 2 * math.pi * counter_uniform(self.seed, I, 0, X.dtype)
-        return math.sqrt(2.0) * xp.cos(X @ omega.mT + phase)
+        return xp.sqrt(2.0 * self.kernel.variance / self.num_features) * xp.cos(X @ omega.mT + phase)
 
     def prior_diagonal(self, I):
-        """``S_ii = m / variance`` for ``i`` in ``I``."""
+        """``S_ii = 1`` for ``i`` in ``I`` (whitened weights)."""
         variance = self.kernel.variance
-        return namespace(variance).broadcast_to(self.num_features / variance, tuple(I.shape))
+        return namespace(variance).ones(tuple(I.shape), dtype=variance.dtype, device=device(variance))

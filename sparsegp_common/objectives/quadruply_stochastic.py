@@ -47,7 +47,8 @@ class Draw(NamedTuple):
 
 
 def draw(key, like, num_data, q, num_rows, num_basis, num_columns=None, replacement=True):
-    """``(rows, Draw)``: ``num_rows`` of the ``num_data`` rows; ``I``, ``J`` and ``D`` of
+    """``(rows, Draw)``: ``num_rows`` of the ``num_data`` rows (None: none drawn, ``rows`` None:
+    the caller's minibatch is the row draw); ``I``, ``J`` and ``D`` of
     ``num_basis`` indices each; ``R``: every dense column of ``q`` (``num_columns=None``) or
     ``num_columns`` of them. With ``replacement`` (the default) a draw costs ``O(num_basis)``;
     without, ``O(m)`` (a permutation). ``like``: an array on the device (and of the backend) to
@@ -62,7 +63,7 @@ def draw(key, like, num_data, q, num_rows, num_basis, num_columns=None, replacem
         drawn = ops.randint(key, (size,), count, where) if replacement else ops.permutation(key, count, where)[:size]
         return drawn + offset if offset else drawn
 
-    rows = pick(keys[0], num_data, num_rows)
+    rows = None if num_rows is None else pick(keys[0], num_data, num_rows)
     R = xp.arange(k, device=where) if num_columns is None else pick(keys[3], k, num_columns)
     D = pick(keys[4], m - k, num_basis, offset=k) if m > k else xp.arange(0, device=where)
     return rows, Draw(pick(keys[1], m, num_basis), pick(keys[2], m, num_basis), R, D)

@@ -1,0 +1,191 @@
+"""Quadruply stochastic GPs (Evans and Nair, 2020, "Quadruply stochastic Gaussian processes"): a
+weight-space prior component ``f(x) = phi(x)^T w`` over ``m`` random Fourier features, with the
+chevron family ``q(w) = N(q_mu, C C^T)`` (Sec. 2.2), and the loss that trains it in
+``O(n~ m~ (1 + k))`` per step, whatever ``n`` and ``m``.
+
+:class:`QSGP` is an ordinary prior component: ``GPModel(QSGP(...), likelihood)``, ``predict_f``,
+``predict_y`` and ``model``/``guide`` in a user's model work as for every other prior, with the
+exact-in-``m`` data term (``O(n~ m k)`` per step). :func:`quadruply_stochastic_loss` is the
+paper's estimator for the Gaussian likelihood (Theorems 1-2, Propositions 1-2;
+:mod:`sparsegp_common.objectives.quadruply_stochastic`), used through the backends'
+``QuadruplyStochasticELBO`` loss with ``fit`` or SVI.
+"""
+from sparsegp_common import checks
+from sparsegp_common.features.random_fourier import RandomFourierBasis
+from sparsegp_common.likelihoods import Gaussian
+from sparsegp_common.objectives.quadruply_stochastic import draw, gaussian_loss
+from sparsegp_common.ops import device, namespace
+from sparsegp_common.priors import GPPrior
+from sparsegp_common.variational.chevron import Chevron
+
+__all__ = ["ChevronPosterior", "QSGP", "QuadruplyStochasticELBO", "quadruply_stochastic_loss"]
+
+#: Basis functions per block when ``q(f)`` is evaluated at many inputs (memory ``O(N BLOCK)``).
+BLOCK = 2048
+
+
+class QSGP(GPPrior):
+    """A weight-space GP prior component on ``m`` random Fourier features with a chevron ``q(w)``.
+
+    ``f(x) = phi(x)^T w``, ``phi_i(x) = sqrt(2 variance / m) cos(omega_i^T x + b_i)``,
+    ``w ~ N(0, I)`` (so that ``E[phi(x)^T phi(z)] = k(x, z)``;
+    :class:`~sparsegp_common.features.random_fourier.RandomFourierBasis`), and
+    ``q(w) = N(q_mu, C C^T)`` with a lower-triangular ``C`` whose first ``num_dense`` columns
+    are dense and the others diagonal (Evans and Nair, 2020, Sec. 2.2).
+
+    Args:
+        kernel: a squared exponential or Matern kernel: the frequencies' distribution, and the
+            lengthscale and variance that ``fit`` learns with the rest (empirical Bayes).
+        num_features: ``m``, the number of basis functions (the frequencies are recomputed from
+            ``seed`` and their index, never stored).
+        input_dim: ``D``.
+        num_dense: ``k``, the dense columns of ``C``: 0 (the default) is mean-field, ``m`` a
+            full Cholesky factor; ``(k + 2) m`` numbers in all.
+        seed: an integer naming the frequencies.
+        mean_function: as for every prior (None: zero).
+        name: prefix of the parameters ``<name>.q_mu`` ``(m,)``, ``<name>.q_log_diag`` ``(m,)``
+            (``log C_ii``) and ``<name>.q_dense`` ``(m, k)`` (``C_ir``, ``i > r``) and of the sites.
+
+    ``q`` starts at the prior (``KL = 0``).
+    """
+
+    def __init__(self, kernel, num_features, input_dim, *, num_dense=0, seed=0, mean_function=None, name="gp"):
+        super().__init__(name)
+        self.kernel = kernel
+        m = checks.positive_int(num_features, "num_features")
+        self._input_dim = checks.positive_int(input_dim, "input_dim")
+        self.num_dense = checks.nonnegative_int(num_dense, "num_dense")
+        if self.num_dense > m:
+            raise ValueError(f"num_dense must be at most num_features = {m}, got {num_dense}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
+        self.num_features, self.seed = m, seed
+        self.basis  # refuses kernels without a random Fourier basis
+        like = kernel.first_parameter()
+        xp = namespace(like)
+        for name, shape in (("q_mu", (m,)), ("q_log_diag", (m,)), ("q_dense", (m, self.num_dense))):
+            self._param(name, xp.zeros(shape, dtype=like.dtype, device=device(like)))  # three arrays, not views of one
+        self._set_mean_function(mean_function, like)
+
+    @property
+    def input_dim(self):
+        return self._input_dim
+
+    @property
+    def basis(self):
+        """The random Fourier basis of the (bound) kernel."""
+        return RandomFourierBasis(self.kernel, self.num_features, self.input_dim, self.seed)
+
+    def chevron(self):
+        """``q(w)`` as a :class:`~sparsegp_common.variational.chevron.Chevron` (read by gathered rows)."""
+        return Chevron(self.q_mu, self.q_log_diag, self.q_dense)
+
+    def _posterior(self):
+        return ChevronPosterior(self.basis, self.chevron())
+
+    def prior_variance(self, X):
+        return self.kernel.K_diag(X)
+
+
+class ChevronPosterior:
+    """``q(f(X))`` of a weight-space model ``f = Phi w`` with ``q(w)`` a chevron and a diagonal prior
+    precision ``S``: the posterior interface of :mod:`sparsegp_common.priors` (``kl``, ``marginals``;
+    no global site ``u``, as ``w`` is integrated out)."""
+
+    def __init__(self, basis, q):
+        self.basis, self.q = basis, q
+
+    def prior_u(self):
+        return None
+
+    q_u = prior_u
+
+    def kl(self):
+        """``KL[q(w) || N(0, S^-1)]`` in closed form: ``O(m k)``."""
+        q = self.q
+        xp = namespace(q.q_mu)
+        m, k = q.num_weights, q.num_dense
+        rows = xp.arange(m, device=device(q.q_mu))
+        S = self.basis.prior_diagonal(rows)
+        below = xp.astype(rows[:, None] > xp.arange(k, device=device(q.q_mu))[None, :], q.dense.dtype)
+        row_squares = xp.sum((q.dense * below) ** 2, axis=1) + xp.exp(2 * q.log_diag)  # rows of C C^T's diagonal
+        return 0.5 * (xp.sum(S * (row_squares + q.q_mu**2)) - m - xp.sum(xp.log(S)) - 2 * xp.sum(q.log_diag))
+
+    def marginals(self, X, full_cov=False):
+        """Mean ``Phi q_mu`` ``(N,)`` and variance ``|C^T phi(x)|^2`` ``(N,)`` (``(N, N)`` covariance
+        when ``full_cov``), over blocks of :data:`BLOCK` basis functions: ``O(N m k)``."""
+        q = self.q
+        xp = namespace(X, q.q_mu)
+        m, k = q.num_weights, q.num_dense
+        where = device(q.q_mu)
+        mean, projected, rest = 0.0, 0.0, 0.0  # Phi mu, Phi C[:, :k], and the diagonal columns' part
+        for start in range(0, m, BLOCK):
+            I = xp.arange(start, min(start + BLOCK, m), device=where)
+            Phi = self.basis.features(X, I)
+            mean = mean + Phi @ q.mean(I)
+            if k:
+                projected = projected + Phi @ q.column_block(I, xp.arange(k, device=where))
+            if start + BLOCK > k:
+                scaled = Phi * (xp.exp(q.log_diagonal(I)) * xp.astype(I >= k, X.dtype))
+                rest = rest + (scaled @ scaled.mT if full_cov else xp.sum(scaled**2, axis=-1))
+        if full_cov:
+            return mean, rest + (projected @ projected.mT if k else 0.0)
+        return mean, rest + (xp.sum(projected**2, axis=-1) if k else 0.0)
+
+
+def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, replacement=True):
+    """The quadruply stochastic estimate of the negative ELBO of ``owner`` (a ``GPModel`` with a
+    :class:`QSGP` prior and a ``Gaussian`` likelihood) on the rows ``X``, ``y`` (a minibatch of the
+    ``num_data`` rows, or all of them): unbiased, over ``num_basis`` basis indices per set and
+    ``num_columns`` of the dense columns (None: all), drawn from ``key`` (the backend's)."""
+    prior, likelihood = owner.prior, owner.likelihood
+    if not isinstance(prior, QSGP) or not isinstance(likelihood, Gaussian):
+        raise TypeError("the quadruply stochastic loss needs GPModel(QSGP(...), Gaussian()), got "
+                        f"GPModel({type(prior).__name__}, {type(likelihood).__name__})")
+    mean_function = getattr(prior, "mean_function", None)
+    if mean_function is not None and mean_function.coefficient_prior is not None:
+        raise ValueError("the quadruply stochastic loss takes mean functions without a coefficient prior")
+    X, y = owner._data(X, y)
+    with owner._sites.bound(prior, likelihood) as (prior, likelihood):
+        if mean_function is not None:
+            y = y - prior.plus_mean_function(namespace(y).zeros_like(y), X)
+        q = prior.chevron()
+        _, indices = draw(owner._sites.key(key), X, X.shape[0], q, None, num_basis, num_columns, replacement)
+        num_data = X.shape[0] if owner.num_data is None else owner.num_data
+        return gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, indices)
+
+
+class QuadruplyStochasticELBO:
+    """The quadruply stochastic loss (Evans and Nair, 2020) of a ``GPModel(QSGP(...), Gaussian())``:
+    ``loss(model, guide, X, y)`` for ``model``, ``guide`` the methods of that ``GPModel``
+    (``fit(gp_model.model, gp_model.guide, (X, y), batch_size=..., loss=QuadruplyStochasticELBO())``).
+
+    Each call draws two independent sets of ``num_basis`` basis indices (the two sides of every
+    quadratic form), ``num_basis`` diagonal columns of ``C`` and ``num_columns`` of its dense
+    ones (None: all ``k``), uniformly with replacement (``O(num_basis)`` per draw) or without
+    (``replacement=False``: a permutation, ``O(m)``), and returns an unbiased estimate of the
+    negative ELBO with an unbiased gradient; the minibatch (``batch_size`` in ``fit``) is the
+    draw of rows. A step then costs ``O(B num_basis (1 + k))``, not ``O(B m k)``.
+
+    Args:
+        num_basis: ``m~``, the basis indices per set (at most ``m`` without replacement).
+        num_columns: dense columns of ``C`` per step (None: all).
+        replacement: draw with replacement (the default).
+    """
+
+    def __init__(self, num_basis=1000, num_columns=None, replacement=True):
+        self.num_basis = checks.positive_int(num_basis, "num_basis")
+        self.num_columns = None if num_columns is None else checks.positive_int(num_columns, "num_columns")
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement must be True or False, got {replacement!r}")
+        self.replacement = replacement
+
+    def negative_elbo(self, model, X, y, key=None, **kwargs):
+        """The estimate for the ``GPModel`` whose ``model`` method is given, drawn from ``key``."""
+        owner = getattr(model, "__self__", None)
+        if owner is None or not hasattr(owner, "prior") or not hasattr(owner, "likelihood"):
+            raise TypeError("QuadruplyStochasticELBO needs model=gp_model.model for a GPModel(QSGP(...), Gaussian())")
+        if kwargs:
+            raise ValueError(f"QuadruplyStochasticELBO takes external minibatches only, got {sorted(kwargs)}")
+        return quadruply_stochastic_loss(owner, X, y, key, self.num_basis, self.num_columns, self.replacement)
+

@@ -1,0 +1,161 @@
+"""The QSGP prior component (a chevron q over random Fourier weights) and its quadruply stochastic
+loss, in both backends: q(f), the KL and the ELBO against the dense weight-space reference, the
+loss's expectation and gradient against the exact ELBO's, training through ``fit``, bad input."""
+import numpy as np
+import pytest
+import reference as ref
+
+M, K, D = 7, 2, 2
+
+
+def _problem(backend, rng, num_dense=K, n=9):
+    """A QSGP with random q tables, its GPModel, data, and the dense Phi ``(n, m)`` and C ``(m, m)``."""
+    lib = backend.lib
+    X, y = rng.normal(size=(n, D)), rng.normal(size=n)
+    kernel = backend.kernel("matern32", [0.9, 1.4], 1.3)
+    q_mu, log_diag = rng.normal(size=M) * 0.5, rng.normal(size=M) * 0.3 - 0.5
+    dense = rng.normal(size=(M, num_dense)) * 0.4
+    prior = backend.set(lib.QSGP(kernel, M, D, num_dense=num_dense, seed=3), q_mu=q_mu, q_log_diag=log_diag,
+                        q_dense=dense)
+    model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=0.3))
+    bound = backend.bound(prior)
+    Phi = backend.numpy(bound.basis.features(backend.array(X), backend.array(np.arange(M), dtype=np.int64)))
+    C = np.diag(np.exp(log_diag))
+    for r in range(num_dense):
+        C[r + 1:, r] = dense[r + 1:, r]
+    return model, X, y, Phi, C, q_mu
+
+
+@pytest.mark.parametrize("num_dense", [0, K, M])
+def test_marginals_kl_and_elbo_against_the_dense_reference(backend, rng, num_dense):
+    """``q(f(X))`` is ``N(Phi mu, Phi C C^T Phi^T)``, the KL is against ``N(0, I)``, and the
+    GPModel's ELBO is Evans and Nair's Eq. 2 (mean-field, chevron and full C)."""
+    model, X, y, Phi, C, q_mu = _problem(backend, rng, num_dense)
+    mean, cov = (backend.numpy(a) for a in model.predict_f(backend.array(X), full_cov=True))
+    np.testing.assert_allclose(mean, Phi @ q_mu, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(cov, Phi @ C @ C.T @ Phi.T, rtol=1e-10, atol=1e-12)
+    _, var = model.predict_f(backend.array(X))
+    np.testing.assert_allclose(backend.numpy(var), np.diag(Phi @ C @ C.T @ Phi.T), rtol=1e-10)
+    kl = backend.numpy(backend.bound(model.prior).posterior().kl())
+    assert float(kl) == pytest.approx(ref.gaussian_kl(q_mu, C @ C.T, np.zeros(M), np.eye(M)), rel=1e-10)
+    expected = -ref.weight_space_negative_elbo(Phi, np.eye(M), y, 0.3, q_mu, C)
+    assert float(backend.numpy(model.elbo(backend.array(X), backend.array(y)))) == pytest.approx(expected, rel=1e-10)
+
+
+def test_marginals_in_blocks_of_the_basis(backend, rng, monkeypatch):
+    """Over several blocks of basis functions (m larger than the block) the moments are the same."""
+    from sparsegp_common.priors import qsgp
+
+    model, X, *_ = _problem(backend, rng)
+    whole = [backend.numpy(a) for a in model.predict_f(backend.array(X))]
+    monkeypatch.setattr(qsgp, "BLOCK", 3)
+    for a, b in zip(whole, model.predict_f(backend.array(X))):
+        np.testing.assert_allclose(backend.numpy(b), a, rtol=1e-12)
+
+
+def _estimates(backend, model, X, y, loss, replicates):
+    """``replicates`` independent estimates of the loss (one compiled call in NumPyro)."""
+    if backend.name == "pyro":
+        import torch
+
+        torch.manual_seed(0)
+        return np.array([loss.loss(model.model, model.guide, backend.array(X), backend.array(y))
+                         for _ in range(replicates)])
+    import jax
+    from numpyro import handlers
+
+    with handlers.trace() as trace, handlers.seed(rng_seed=0):
+        model.model(backend.array(X), backend.array(y))
+    params = {k: s["value"] for k, s in trace.items() if s["type"] == "param"}
+    one = jax.jit(jax.vmap(lambda key: loss.loss(key, params, model.model, model.guide, backend.array(X), backend.array(y))))
+    return np.asarray(one(jax.random.split(jax.random.PRNGKey(0), replicates)))
+
+
+@pytest.mark.parametrize("num_columns", [None, 1])
+def test_loss_is_unbiased_for_the_negative_elbo(backend, rng, num_columns):
+    """z-test over replicates: the quadruply stochastic loss (3 of 7 basis indices per set, all
+    or 1 of the 2 dense columns) has the GPModel's exact negative ELBO as its mean."""
+    model, X, y, *_ = _problem(backend, rng)
+    loss = backend.lib.QuadruplyStochasticELBO(num_basis=3, num_columns=num_columns)
+    values = _estimates(backend, model, X, y, loss, 1500 if backend.name == "pyro" else 4000)
+    exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
+    z = (values.mean() - exact) / (values.std() / np.sqrt(len(values)))
+    assert abs(z) < 4, (values.mean(), exact, z)
+    assert values.std() > 1e-3 * abs(exact)  # an estimate, not the exact value
+
+
+def test_loss_gradient_is_unbiased(rng):
+    """Pyro: the mean gradient of the loss w.r.t. every parameter (tables and hyperparameters)
+    over replicates is the exact ELBO's, entry by entry within 4 standard errors."""
+    import torch
+    from backends import BACKENDS
+
+    backend = BACKENDS["pyro"]()
+    backend.reset()
+    model, X, y, *_ = _problem(backend, rng)
+    loss = backend.lib.QuadruplyStochasticELBO(num_basis=3)
+    Xt, yt = backend.array(X), backend.array(y)
+    named = dict(model.named_parameters())
+    exact = torch.autograd.grad(-model.elbo(Xt, yt), list(named.values()))
+    torch.manual_seed(1)
+    grads = [torch.autograd.grad(loss(model.model, model.guide, Xt, yt), list(named.values())) for _ in range(1200)]
+    for i, (name, g) in enumerate(zip(named, exact)):
+        samples = torch.stack([gr[i] for gr in grads]).numpy()
+        z = (samples.mean(0) - g.numpy()) / (samples.std(0) / np.sqrt(len(samples)) + 1e-12)
+        assert np.abs(z).max() < 4.5, (name, z)
+
+
+def _sine(n=600, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, size=(n, 1))
+    return X, np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
+
+
+def test_fit_with_adagrad_tables_learns_a_sine(backend):
+    """``fit`` with the quadruply stochastic loss, AdaGrad for the q tables and Adam for the
+    hyperparameters: the test RMSE falls from the prior's (about 0.7) to below 0.15 and the
+    predictive variance adds the noise."""
+    lib = backend.lib
+    X, y = _sine()
+    Xt = np.linspace(0.5, 9.5, 50)[:, None]
+    prior = lib.QSGP(backend.kernel("rbf", [1.0], 1.0), 300, 1, num_dense=2)
+    model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=0.05), num_data=len(X))
+    if backend.name == "pyro":
+        from torch.optim import Adagrad as adagrad
+    else:
+        from numpyro.optim import Adagrad as adagrad
+    result = lib.fit(model.model, model.guide, (backend.array(X), backend.array(y)), num_steps=400, batch_size=100, lr=0.01, progress=False,
+                     loss=lib.QuadruplyStochasticELBO(num_basis=60),
+                     param_groups=[{"params": "gp.q_*", "optimizer": adagrad, "lr": 0.1}])
+    mean, var = (backend.numpy(a) for a in model.predict_f(backend.array(Xt)))
+    rmse = np.sqrt(np.mean((mean - np.sin(Xt[:, 0])) ** 2))
+    assert rmse < 0.15, rmse
+    var_y = backend.numpy(model.predict_y(backend.array(Xt)).variance)
+    noise = float(backend.numpy(result.params["likelihood.variance"]))
+    np.testing.assert_allclose(var_y, var + noise, rtol=1e-5)
+
+
+def test_bad_arguments(backend, rng):
+    lib = backend.lib
+    kernel = backend.kernel("rbf", [1.0], 1.0)
+    with pytest.raises(ValueError, match="num_dense"):
+        lib.QSGP(kernel, 5, 1, num_dense=6)
+    with pytest.raises(ValueError, match="num_features"):
+        lib.QSGP(kernel, 0, 1)
+    with pytest.raises(TypeError, match="random Fourier"):
+        lib.QSGP(lib.Sum(kernel, backend.kernel("rbf", [2.0], 1.0)), 5, 1)
+    with pytest.raises(ValueError, match="num_basis"):
+        lib.QuadruplyStochasticELBO(num_basis=0)
+    with pytest.raises(TypeError, match="replacement"):
+        lib.QuadruplyStochasticELBO(replacement="yes")
+    model = lib.GPModel(lib.QSGP(kernel, 5, 1), lib.Poisson())
+    X, y = backend.array(rng.normal(size=(4, 1))), backend.array([0.0, 1.0, 2.0, 0.0])
+    with pytest.raises(TypeError, match="Gaussian"):
+        if backend.name == "pyro":
+            lib.QuadruplyStochasticELBO()(model.model, model.guide, X, y)
+        else:
+            import jax
+
+            lib.QuadruplyStochasticELBO().loss(jax.random.PRNGKey(0), {}, model.model, model.guide, X, y)
+    with pytest.raises(ValueError, match="X has 3 input dimensions"):
+        lib.GPModel(lib.QSGP(kernel, 5, 1), lib.Gaussian()).predict_f(backend.array(rng.normal(size=(4, 3))))
