@@ -1,5 +1,6 @@
 """Quadruply stochastic GPs for NumPyro (written once in :mod:`sparsegp_common.priors.qsgp`): the
-index draws come from the loss's key, the loss is a NumPyro ``ELBO``."""
+index draws come from the loss's key, the loss is a NumPyro ``ELBO`` whose control-variate state
+is SVI's mutable state (``fit`` adds it; with ``SVI`` yourself, :meth:`with_initial_state`)."""
 import jax
 import jax.numpy as jnp
 from numpyro import handlers
@@ -15,20 +16,43 @@ __all__ = ["ChevronPosterior", "QSGP", "QuadruplyStochasticELBO", "quadruply_sto
 
 (QSGP,) = adapt((core.QSGP,), module=__name__)
 
+STATE = "control_variates"  # the key of the state in SVI's mutable state
+
 
 class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO, ELBO):
     __doc__ = core.QuadruplyStochasticELBO.__doc__ + """
-    ``num_particles`` independent estimates are averaged.
+    ``num_particles`` independent estimates are averaged (one, with control variates).
     """
 
-    def __init__(self, num_basis=1000, num_columns=None, replacement=True, num_particles=1):
-        core.QuadruplyStochasticELBO.__init__(self, num_basis, num_columns, replacement)
+    def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000,
+                 num_particles=1):
+        core.QuadruplyStochasticELBO.__init__(self, num_basis, num_columns, replacement, control_variates, refresh_every)
+        if control_variates is not None and num_particles != 1:
+            raise ValueError("control_variates carry one state from step to step: use num_particles=1")
         ELBO.__init__(self, num_particles=num_particles)
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        if self.control_variates is not None:
+            if STATE not in param_map:
+                raise ValueError("the control variates' state is missing from SVI's state: start from "
+                                 "loss.with_initial_state(svi, svi.init(key, X, y), X, y) (fit does this)")
+            params = {k: v for k, v in param_map.items() if k != STATE}
+            with handlers.substitute(data=params):
+                loss, state = self.negative_elbo(model, *args, key=rng_key, state=param_map[STATE], **kwargs)
+            return {"loss": loss, "mutable_state": {STATE: state}}
+
         def single(key):
             with handlers.substitute(data=param_map):
                 return self.negative_elbo(model, *args, key=key, **kwargs)
 
         keys = jax.random.split(rng_key, self.num_particles)
         return {"loss": jnp.mean(self.vectorize_particles_fn(single, keys)), "mutable_state": None}
+
+    def with_initial_state(self, svi, svi_state, *args):
+        """``svi_state`` with the control variates' first state (at its parameter values) in its
+        mutable state; unchanged without control variates. ``args``: the model's ``(X, y)``."""
+        if self.control_variates is None:
+            return svi_state
+        with handlers.substitute(data=svi.get_params(svi_state)):
+            state = self.initial_state(svi.model, *args)
+        return svi_state._replace(mutable_state={**(svi_state.mutable_state or {}), STATE: state})

@@ -23,11 +23,14 @@ class _Trainer(Trainer):
         if loss is not None and not isinstance(loss, numpyro.infer.elbo.ELBO):
             raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
         self.data, self.plan = tuple(None if a is None else jnp.asarray(a) for a in data), plan
-        optim = _Grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups)
+        optim = _Grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups,
+                         getattr(loss, "check_optimiser", lambda *_: None))
         self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
         self.update = jax.jit(lambda state, data, idx: self._update(state, *_take(data, idx), **kwargs))
         with _binds() as self.bound:  # the library objects the model and guide read their parameters through
             state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
+        if hasattr(loss, "with_initial_state"):  # a loss with state between steps: SVI's mutable state
+            state = loss.with_initial_state(self.svi, state, *_batch(self.data, plan, 0))
         # committed to its device, as the updates' outputs are: otherwise the second step compiles again
         self.state = jax.device_put(state, next(iter(jax.tree_util.tree_leaves(state)[0].devices())))
 
@@ -100,8 +103,9 @@ class _Grouped(numpyro.optim._NumPyroOptim):
     the groups split by site name when SVI hands over the parameters (one group without
     ``param_groups``); its state also holds the last step's gradient norm, which ``fit`` checks."""
 
-    def __init__(self, optimizer, lr, lr_schedule, param_groups):
+    def __init__(self, optimizer, lr, lr_schedule, param_groups, check):
         self.optimizer, self.lr, self.lr_schedule, self.param_groups = optimizer, lr, lr_schedule, param_groups
+        self.check = check  # check(name, optimiser class, options): the loss's veto
         self.update_with_value = False
         self.groups = None
 
@@ -109,7 +113,10 @@ class _Grouped(numpyro.optim._NumPyroOptim):
         self.groups = []
         for names, lr, options in split_param_groups(sorted(params), self.param_groups, self.lr):
             options = dict(options)
-            decay, cls = options.pop("weight_decay", 0.0), options.pop("optimizer", self.optimizer)
+            cls = options.pop("optimizer", self.optimizer)
+            for name in names:
+                self.check(name, cls, options)
+            decay = options.pop("weight_decay", 0.0)
             self.groups.append((names, decay, cls(_step_size(lr, self.lr_schedule), **options)))
         states = tuple(optim.init({n: params[n] for n in names}) for names, _, optim in self.groups)
         return jnp.array(0), states, jnp.zeros((), jnp.result_type(float))

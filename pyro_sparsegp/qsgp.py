@@ -1,7 +1,9 @@
 """Quadruply stochastic GPs for Pyro (written once in :mod:`sparsegp_common.priors.qsgp`): the
-index draws come from torch's global RNG, the loss is a plain callable."""
+index draws come from torch's global RNG, the loss is a plain callable that keeps the control
+variates' state between calls (``fit`` saves it in checkpoints)."""
 import torch
 
+from sparsegp_common.objectives.control_variates import State
 from sparsegp_common.priors import qsgp as core
 from sparsegp_common.priors.qsgp import ChevronPosterior, quadruply_stochastic_loss
 
@@ -14,10 +16,24 @@ __all__ = ["ChevronPosterior", "QSGP", "QuadruplyStochasticELBO", "quadruply_sto
 
 
 class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO):
-    def __call__(self, model, guide, *args, **kwargs):
-        return self.negative_elbo(model, *args, **kwargs)
+    state = None  # the control variates' State between calls (created at the first)
+
+    def __call__(self, model, guide, X, y, **kwargs):
+        if self.control_variates is None:
+            return self.negative_elbo(model, X, y, **kwargs)
+        if self.state is None:
+            self.state = self.initial_state(model, X, y)
+        loss, self.state = self.negative_elbo(model, X, y, state=self.state, **kwargs)
+        return loss
 
     def loss(self, model, guide, *args, **kwargs):
         """The loss as a float."""
         with torch.no_grad():
             return float(self(model, guide, *args, **kwargs))
+
+    def state_dict(self):
+        """The control variates' state as plain tensors (``{}`` before the first call or without them)."""
+        return {} if self.state is None else {k: v.detach().clone() for k, v in self.state._asdict().items()}
+
+    def load_state_dict(self, state):
+        self.state = State(**state) if state else None

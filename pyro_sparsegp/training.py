@@ -19,6 +19,7 @@ class _Trainer(Trainer):
     def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
         self.model, self.guide, self.data, self.plan, self.kwargs = model, guide, tuple(data), plan, kwargs
         self.loss_fn = _loss_fn(loss)
+        self.loss_state = getattr(loss, "state_dict", None) and loss  # a loss with state between steps
         pyro.set_rng_seed(seed)
         self.names, self.values, self.constraints = _capture_params(self.loss_fn, model, guide, _batch(self.data, plan, 0),
                                                                     kwargs)
@@ -27,6 +28,8 @@ class _Trainer(Trainer):
         for group, group_lr, options in split_param_groups(self.names, param_groups, lr):
             options = dict(options)
             cls = options.pop("optimizer", None) or optimizer or torch.optim.Adam
+            for name in group:
+                getattr(loss, "check_optimiser", lambda *_: None)(name, cls, options)
             by_class.setdefault(cls, []).append({"params": [by_name[n] for n in group], "lr": group_lr, **options})
         self.opts = [cls(groups, lr=lr) for cls, groups in by_class.items()]
         self.schedules = [] if lr_schedule is None else [torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule)
@@ -47,18 +50,27 @@ class _Trainer(Trainer):
             return {name: transform_to(c)(p).clone() for name, p, c in zip(self.names, self.values, self.constraints)}
 
     def snapshot(self):
-        return [p.detach().clone() for p in self.values]
+        return [p.detach().clone() for p in self.values], self._loss_state()
 
     def restore(self, best):
+        values, loss_state = best if isinstance(best, tuple) else (best, {})  # a list: an older checkpoint's
         with torch.no_grad():
-            for p, b in zip(self.values, best):
+            for p, b in zip(self.values, values):
                 p.copy_(b)
+        if self.loss_state:
+            self.loss_state.load_state_dict(loss_state)
+
+    def _loss_state(self):
+        return self.loss_state.state_dict() if self.loss_state else {}
 
     def save(self, path, done, losses, tracker, best):
-        _save(path, done, self.names, self.values, self.opts, self.schedules, losses, tracker, best)
+        _save(path, done, self.names, self.values, self.opts, self.schedules, losses, tracker, best, self._loss_state())
 
     def load(self, path, tracker):
-        return _load(path, self.names, self.values, self.opts, self.schedules, tracker)
+        start, losses, best, loss_state = _load(path, self.names, self.values, self.opts, self.schedules, tracker)
+        if self.loss_state:
+            self.loss_state.load_state_dict(loss_state)
+        return start, losses, best
 
     def finish(self):
         return self.params(), self.opts[0] if len(self.opts) == 1 else tuple(self.opts)
@@ -108,8 +120,9 @@ def _capture_params(loss_fn, model, guide, batch, kwargs):
     return names, [s["value"].unconstrained() for s in sites], [stored.get(n, s["kwargs"]["constraint"]) for n, s in zip(names, sites)]
 
 
-def _save(path, step, names, params, opts, schedules, losses, tracker, best):
+def _save(path, step, names, params, opts, schedules, losses, tracker, best, loss_state):
     state = {
+        "loss_state": loss_state,
         "step": step,
         "names": names,
         "params": [p.detach().clone() for p in params],
@@ -142,4 +155,4 @@ def _load(path, names, params, opts, schedules, tracker):
         schedule.load_state_dict(saved)
     torch.set_rng_state(state["rng"])
     tracker.load({k: state[k].numpy() for k in ("es_steps", "es_values", "es_best")})
-    return state["step"], state["losses"].tolist(), state["best"]
+    return state["step"], state["losses"].tolist(), state["best"], state.get("loss_state", {})

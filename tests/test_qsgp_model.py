@@ -159,3 +159,150 @@ def test_bad_arguments(backend, rng):
             lib.QuadruplyStochasticELBO().loss(jax.random.PRNGKey(0), {}, model.model, model.guide, X, y)
     with pytest.raises(ValueError, match="X has 3 input dimensions"):
         lib.GPModel(lib.QSGP(kernel, 5, 1), lib.Gaussian()).predict_f(backend.array(rng.normal(size=(4, 3))))
+
+
+# -- control variates: the state fit carries -------------------------------------------------------
+
+
+def _cv_problem(backend, refresh_every=1000, seed=0):
+    """A GPModel(QSGP) on a sine with 40 support rows, the loss with control variates, the data."""
+    lib = backend.lib
+    X, y = _sine(200, seed)
+    prior = lib.QSGP(backend.kernel("rbf", [1.0], 1.0), 60, 1, num_dense=2, seed=seed)
+    model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=0.05), num_data=len(X))
+    loss = lib.QuadruplyStochasticELBO(num_basis=8, control_variates=backend.array(X[:40]), refresh_every=refresh_every)
+    return model, loss, backend.array(X), backend.array(y)
+
+
+def _adagrad(backend):
+    if backend.name == "pyro":
+        from torch.optim import Adagrad
+    else:
+        from numpyro.optim import Adagrad
+    return Adagrad
+
+
+def _tables(backend, **options):
+    """The q tables' group: AdaGrad without momentum (NumPyro's default is 0.9)."""
+    momentum = {} if backend.name == "pyro" else {"momentum": 0.0}
+    return [{"params": "gp.q_*", "optimizer": _adagrad(backend), "lr": 0.05, **momentum, **options}]
+
+
+def _fit_cv(backend, model, loss, X, y, steps, **options):
+    return backend.lib.fit(model.model, model.guide, (X, y), num_steps=steps, batch_size=50, lr=0.01, progress=False,
+                           loss=loss, param_groups=_tables(backend), **options)
+
+
+def _state(backend, loss, result):
+    return loss.state if backend.name == "pyro" else result.state.mutable_state["control_variates"]
+
+
+def _exact_support_product(backend, model, state, caught_up=False):
+    """``Phi_p v`` at the model's current values, recomputed from scratch; or (``caught_up``) as
+    the next step finds it from ``state`` (which holds ``a`` before the last step's update)."""
+    from sparsegp_common.objectives.control_variates import Support, catch_up
+    from sparsegp_common.priors import qsgp
+
+    prior = backend.bound(model.prior)
+    support, q = Support(state.X, prior.basis.fixed(state.lengthscale, state.variance)), prior.chevron()
+    if caught_up:
+        return backend.numpy(catch_up(support, state, lambda rows: qsgp._columns(q, rows)))
+    return backend.numpy(qsgp._support_product(support, q))
+
+
+def test_fit_carries_the_control_variates_state(backend):
+    """After 30 AdaGrad steps (the hyperparameters moving under Adam too) the state that ``fit``
+    carried gives ``Phi_p v`` of the trained tables, to round-off, and the loss trained."""
+    model, loss, X, y = _cv_problem(backend)
+    result = _fit_cv(backend, model, loss, X, y, 30)
+    state = _state(backend, loss, result)
+    np.testing.assert_allclose(_exact_support_product(backend, model, state, caught_up=True),
+                               _exact_support_product(backend, model, state), rtol=1e-9, atol=1e-11)
+    assert int(backend.numpy(state.step)) >= 30
+    assert result.losses[-10:].mean() < result.losses[:10].mean()
+
+
+def test_dense_optimisers_are_refused_with_control_variates(backend):
+    """Adam (the default) or weight decay on the q tables would move entries the state does not
+    follow: ``fit`` refuses them, naming the table."""
+    model, loss, X, y = _cv_problem(backend)
+    with pytest.raises(ValueError, match="gp.q_"):
+        backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, batch_size=50, loss=loss, progress=False)
+    with pytest.raises(ValueError, match="weight_decay"):
+        backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, batch_size=50, loss=loss, progress=False,
+                        param_groups=_tables(backend, weight_decay=1e-3))
+    if backend.name == "numpyro":
+        with pytest.raises(ValueError, match="momentum"):
+            backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, batch_size=50, loss=loss, progress=False,
+                            param_groups=[{"params": "gp.q_*", "optimizer": _adagrad(backend), "lr": 0.05}])
+    with pytest.raises(ValueError, match="num_columns"):
+        backend.lib.QuadruplyStochasticELBO(num_columns=1, control_variates=X[:5])
+
+
+def test_control_variates_keep_the_loss_unbiased_and_refresh(backend, rng):
+    """With a state at the current values, the loss with control variates has the exact negative
+    ELBO as its mean (z-test); a state knocked off ``Phi_p v`` is exact again after a refresh step."""
+    model, X, y, *_ = _problem(backend, rng)
+    Xs = backend.array(rng.normal(size=(6, D)))
+    loss = backend.lib.QuadruplyStochasticELBO(num_basis=3, control_variates=Xs, refresh_every=4)
+    exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
+    Xa, ya = backend.array(X), backend.array(y)
+    if backend.name == "pyro":
+        import torch
+
+        torch.manual_seed(0)
+        state = loss.initial_state(model.model, Xa, ya)
+        values = []
+        for _ in range(1500):
+            loss.state = state._replace(step=state.step * 0 + 1)  # never a refresh step
+            values.append(loss.loss(model.model, model.guide, Xa, ya))
+        values = np.array(values)
+        loss.state = state._replace(a=state.a + 1.0, step=state.step * 0 + 4)
+        loss.loss(model.model, model.guide, Xa, ya)
+        refreshed = loss.state
+    else:
+        import jax
+        from numpyro import handlers
+
+        with handlers.trace() as trace, handlers.seed(rng_seed=0):
+            model.model(Xa, ya)
+        params = {k: s["value"] for k, s in trace.items() if s["type"] == "param"}
+        with handlers.substitute(data=params):
+            state = loss.initial_state(model.model, Xa, ya)
+
+        def one(key, s):
+            out = loss.loss_with_mutable_state(key, {**params, "control_variates": s}, model.model, model.guide, Xa, ya)
+            return out["loss"], out["mutable_state"]["control_variates"]
+
+        keys = jax.random.split(jax.random.PRNGKey(0), 4000)
+        values = np.asarray(jax.jit(jax.vmap(lambda k: one(k, state._replace(step=state.step * 0 + 1))[0]))(keys))
+        refreshed = one(keys[0], state._replace(a=state.a + 1.0, step=state.step * 0 + 4))[1]
+    z = (values.mean() - exact) / (values.std() / np.sqrt(len(values)))
+    assert abs(z) < 4, (values.mean(), exact, z)
+    np.testing.assert_allclose(backend.numpy(refreshed.a), _exact_support_product(backend, model, refreshed),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_resume_restores_the_control_variates_state(backend, tmp_path):
+    """Stopped after step 7 (checkpoint at 5) and resumed with new objects: the same losses, values
+    and state as one uninterrupted run."""
+    def run(**extra):
+        backend.reset(seed=99)
+        model, loss, X, y = _cv_problem(backend)
+        result = _fit_cv(backend, model, loss, X, y, 12, seed=3, **extra)
+        return result, _state(backend, loss, result)
+
+    full, full_state = run()
+
+    def crash(state):
+        if state.step == 7:
+            raise KeyboardInterrupt
+
+    path = str(tmp_path / "ckpt")
+    with pytest.raises(KeyboardInterrupt):
+        run(checkpoint=path, checkpoint_every=5, callbacks=crash)
+    resumed, resumed_state = run(checkpoint=path, checkpoint_every=5, resume=True)
+    np.testing.assert_allclose(resumed.losses, full.losses, rtol=1e-12)
+    np.testing.assert_allclose(backend.numpy(resumed_state.a), backend.numpy(full_state.a), rtol=1e-12, atol=1e-14)
+    for k, v in full.params.items():
+        np.testing.assert_allclose(backend.numpy(resumed.params[k]), backend.numpy(v), rtol=1e-12, atol=1e-14)

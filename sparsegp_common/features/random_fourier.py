@@ -14,6 +14,7 @@ The draws come from a counter-based generator: a 32-bit integer hash of ``(seed,
 written with int32 arithmetic that wraps the same way in NumPy, torch and JAX (also without
 ``jax_enable_x64``), so every backend computes the same frequencies.
 """
+import copy
 import math
 
 from sparsegp_common.kernels import Matern, SquaredExponential
@@ -80,6 +81,17 @@ class RandomFourierBasis:
         if int(num_features) < 1 or int(input_dim) < 1:
             raise ValueError(f"num_features and input_dim must be positive, got {num_features} and {input_dim}")
         self.kernel, self.num_features, self.input_dim, self.seed = kernel, int(num_features), int(input_dim), int(seed)
+        self.hyperparameters = None
+
+    def fixed(self, lengthscale, variance):
+        """The same basis with ``lengthscale`` and ``variance`` held at the given values instead of
+        the kernel's (the control variates' support features, Evans and Nair, 2020, App. F.3)."""
+        basis = copy.copy(self)
+        basis.hyperparameters = (lengthscale, variance)
+        return basis
+
+    def _lengthscale_and_variance(self):
+        return self.hyperparameters or (self.kernel.lengthscale, self.kernel.variance)
 
     def frequencies(self, I, dtype):
         """``Omega_I``, ``(len(I), D)``, before the lengthscale: from the normalised spectral density."""
@@ -95,11 +107,12 @@ class RandomFourierBasis:
         xp = namespace(X)
         if X.shape[-1] != self.input_dim:
             raise ValueError(f"X has {X.shape[-1]} columns but the basis has input_dim={self.input_dim}")
-        omega = self.frequencies(I, X.dtype) / self.kernel.lengthscale
+        lengthscale, variance = self._lengthscale_and_variance()
+        omega = self.frequencies(I, X.dtype) / lengthscale
         phase = 2 * math.pi * counter_uniform(self.seed, I, 0, X.dtype)
-        return xp.sqrt(2.0 * self.kernel.variance / self.num_features) * xp.cos(X @ omega.mT + phase)
+        return xp.sqrt(2.0 * variance / self.num_features) * xp.cos(X @ omega.mT + phase)
 
     def prior_diagonal(self, I):
         """``S_ii = 1`` for ``i`` in ``I`` (whitened weights)."""
-        variance = self.kernel.variance
+        variance = self._lengthscale_and_variance()[1]
         return namespace(variance).ones(tuple(I.shape), dtype=variance.dtype, device=device(variance))

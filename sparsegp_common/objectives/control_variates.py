@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from sparsegp_common.ops import backend, namespace
 
-__all__ = ["Support", "advance", "initial_state", "occurrences", "pair"]
+__all__ = ["State", "Support", "advance", "catch_up", "initial_state", "occurrences", "pair"]
 
 
 class Support(NamedTuple):
@@ -41,46 +41,75 @@ def initial_state(support, v):
     return support.basis.features(support.X, xp.arange(v.shape[0])) @ v
 
 
-def occurrences(I, J, dtype):
-    """``(indices, weights, |U|)``: ``I`` and ``J`` joined, each occurrence weighted (in ``dtype``)
-    by one over its multiplicity, so that a sum over them counts each distinct index once."""
-    xp = namespace(I)
-    idx = xp.concat([I, J])
-    weights = 1.0 / xp.astype(xp.sum(xp.astype(idx[:, None] == idx[None, :], xp.int32), axis=1), dtype)
-    return idx, weights, xp.sum(weights)
+def occurrences(index, dtype):
+    """``(weights, count)``: each entry of ``index`` weighted (in ``dtype``) by one over its
+    multiplicity, so that a sum over them counts each distinct index once, and the number of
+    distinct indices."""
+    xp = namespace(index)
+    weights = 1.0 / xp.astype(xp.sum(xp.astype(index[:, None] == index[None, :], xp.int32), axis=1), dtype)
+    return weights, xp.sum(weights)
 
 
-def pair(support, a, v, I, J, num_data, noise):
+def pair(support, a, v_I, v_J, I, J, num_weights, num_data, noise):
     """The control-variate pair of Eq. 3 for the columns of ``v`` (``(m, p)``), summed over them,
     with the F.1 gradient of its ``|a|^2`` part.
 
     Args:
         support: the :class:`Support`; ``a``: its state ``Phi_p v`` at the current ``v`` (``(n_bar, p)``).
-        v: ``(m, p)``, the live parameters (only the rows ``I``, ``J`` are read).
-        I, J: the estimate's basis sets. ``num_data``: ``n``; ``noise``: the likelihood variance.
+        v_I, v_J: ``v`` at the estimate's basis sets ``I`` and ``J`` (``(m~, p)``, the live
+            parameters). ``num_weights``: ``m``; ``num_data``: ``n``; ``noise``: the likelihood variance.
 
     Returns:
         A scalar of zero mean over ``I`` and ``J``, to add to the estimate of
         ``sum_columns |Phi v|^2 / noise``.
     """
-    xp, ops = namespace(v), backend(v)
-    m, n_bar = v.shape[0], support.X.shape[0]
+    xp, ops = namespace(v_I), backend(v_I)
+    m, n_bar = num_weights, support.X.shape[0]
     scale = num_data / (noise * n_bar)
-    v_I, v_J = xp.take(v, I, axis=0), xp.take(v, J, axis=0)
     Phi_I, Phi_J = support.basis.features(support.X, I), support.basis.features(support.X, J)
     sampled = scale * (m / I.shape[0]) * (m / J.shape[0]) * xp.sum((Phi_J @ v_J) * (Phi_I @ v_I))
-    idx, weights, size = occurrences(I, J, v.dtype)
-    v_U = xp.take(v, idx, axis=0)
-    Phi_U = xp.concat([Phi_I, Phi_J], axis=1)  # the features at idx = concat(I, J)
-    live = a + Phi_U @ (weights[:, None] * (v_U - ops.stop_gradient(v_U)))
-    exact = scale * xp.sum(live**2)
-    factor = m / size
-    return factor * exact + ops.stop_gradient((1 - factor) * exact) - sampled
+    weights, size = occurrences(xp.concat([I, J]), v_I.dtype)
+    v_U = xp.concat([v_I, v_J])
+    live = a + xp.concat([Phi_I, Phi_J], axis=1) @ (weights[:, None] * (v_U - ops.stop_gradient(v_U)))
+    # scale |a|^2 with its gradient w.r.t. v scaled by m / |U| (F.1), the noise's left exact
+    squares = xp.sum(live**2)
+    change = squares - ops.stop_gradient(squares)  # value 0, the gradient w.r.t. v at U
+    return scale * ops.stop_gradient(squares) + (m / size) * scale * change - sampled
 
 
-def advance(support, a, I, J, change):
-    """The state after a step that changed ``v`` only at ``I`` and ``J``: ``a + Phi_p change``,
-    ``change`` being the step's change of ``v`` at the rows ``concat(I, J)``, ``(2 m~, p)`` (what a
-    sparse update gathered anyway; repeated rows hold the same change and count once)."""
-    idx, weights, _ = occurrences(I, J, a.dtype)
-    return a + support.basis.features(support.X, idx) @ (weights[:, None] * change)
+def advance(support, a, rows, change):
+    """The state after a step that changed ``v`` only at ``rows``: ``a + Phi_p change``, ``change``
+    being the step's change of ``v`` at ``rows``, ``(len(rows), p)`` (repeated rows hold the same
+    change and count once)."""
+    weights, _ = occurrences(rows, a.dtype)
+    return a + support.basis.features(support.X, rows) @ (weights[:, None] * change)
+
+
+class State(NamedTuple):
+    """The control variates' state between steps (arrays only: it rides in NumPyro's mutable state
+    and in checkpoints).
+
+    Attributes:
+        X: the support rows ``(n_bar, D)``.
+        a: ``Phi_p v`` ``(n_bar, p)`` at the values ``v`` had when ``rows`` were last read.
+        rows: the rows a step may have changed since (the last step's basis sets).
+        values: ``v`` at ``rows`` when they were read ``(len(rows), p)``.
+        lengthscale, variance: the kernel's values at initialisation (``Phi_p`` is kept fixed, F.3).
+        step: steps since the start.
+    """
+
+    X: object
+    a: object
+    rows: object
+    values: object
+    lengthscale: object
+    variance: object
+    step: object
+
+
+def catch_up(support, state, v_rows):
+    """``a`` at the current ``v`` from the state of the step before, assuming (as AdaGrad and SGD
+    do) that the step changed ``v`` only at the rows it read: ``O(n_bar len(rows) p)``.
+    ``v_rows(index)``: the current ``v`` at ``index``."""
+    change = backend(state.a).stop_gradient(v_rows(state.rows) - state.values)
+    return advance(support, state.a, state.rows, change)

@@ -10,11 +10,14 @@ paper's estimator for the Gaussian likelihood (Theorems 1-2, Propositions 1-2;
 :mod:`sparsegp_common.objectives.quadruply_stochastic`), used through the backends'
 ``QuadruplyStochasticELBO`` loss with ``fit`` or SVI.
 """
+import contextlib
+
 from sparsegp_common import checks
 from sparsegp_common.features.random_fourier import RandomFourierBasis
 from sparsegp_common.likelihoods import Gaussian
+from sparsegp_common.objectives import control_variates
 from sparsegp_common.objectives.quadruply_stochastic import draw, gaussian_loss
-from sparsegp_common.ops import device, namespace
+from sparsegp_common.ops import backend, device, namespace
 from sparsegp_common.priors import GPPrior
 from sparsegp_common.variational.chevron import Chevron
 
@@ -133,11 +136,30 @@ class ChevronPosterior:
         return mean, rest + (xp.sum(projected**2, axis=-1) if k else 0.0)
 
 
-def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, replacement=True):
-    """The quadruply stochastic estimate of the negative ELBO of ``owner`` (a ``GPModel`` with a
-    :class:`QSGP` prior and a ``Gaussian`` likelihood) on the rows ``X``, ``y`` (a minibatch of the
-    ``num_data`` rows, or all of them): unbiased, over ``num_basis`` basis indices per set and
-    ``num_columns`` of the dense columns (None: all), drawn from ``key`` (the backend's)."""
+def _columns(q, I):
+    """``v[I]``, ``(len(I), 1 + k)``: the mean and the dense columns of ``C`` at the rows ``I``,
+    the vectors whose data quadratics the control variates cancel."""
+    mean = q.mean(I)[:, None]
+    if not q.num_dense:
+        return mean
+    xp = namespace(mean)
+    return xp.concat([mean, q.column_block(I, xp.arange(q.num_dense, device=device(I)))], axis=1)
+
+
+def _support_product(support, q):
+    """``Phi_p v`` exactly, ``(n_bar, 1 + k)``, over blocks of :data:`BLOCK` rows of ``v``: ``O(n_bar m k)``."""
+    xp = namespace(q.q_mu)
+    m, total = q.num_weights, 0.0
+    for start in range(0, m, BLOCK):
+        I = xp.arange(start, min(start + BLOCK, m), device=device(q.q_mu))
+        total = total + support.basis.features(support.X, I) @ _columns(q, I)
+    return backend(q.q_mu).stop_gradient(total)
+
+
+@contextlib.contextmanager
+def _bound(owner, X, y):
+    """Yields ``(prior, likelihood, X, y)``: the prior and likelihood bound (readable inside the
+    block), the checked rows, ``y`` less the mean function."""
     prior, likelihood = owner.prior, owner.likelihood
     if not isinstance(prior, QSGP) or not isinstance(likelihood, Gaussian):
         raise TypeError("the quadruply stochastic loss needs GPModel(QSGP(...), Gaussian()), got "
@@ -149,10 +171,59 @@ def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, rep
     with owner._sites.bound(prior, likelihood) as (prior, likelihood):
         if mean_function is not None:
             y = y - prior.plus_mean_function(namespace(y).zeros_like(y), X)
-        q = prior.chevron()
-        _, indices = draw(owner._sites.key(key), X, X.shape[0], q, None, num_basis, num_columns, replacement)
-        num_data = X.shape[0] if owner.num_data is None else owner.num_data
-        return gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, indices)
+        yield prior, likelihood, X, y
+
+
+def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, replacement=True, control=None):
+    """The quadruply stochastic estimate of the negative ELBO of ``owner`` (a ``GPModel`` with a
+    :class:`QSGP` prior and a ``Gaussian`` likelihood) on the rows ``X``, ``y`` (a minibatch of the
+    ``num_data`` rows, or all of them): unbiased, over ``num_basis`` basis indices per set and
+    ``num_columns`` of the dense columns (None: all), drawn from ``key`` (the backend's).
+
+    ``control``: None, or ``(state, refresh_every)`` for the support-point control
+    variates (Proposition 3 for the mean and every dense column; ``num_columns`` must be None):
+    then returns ``(loss, new_state)``. The state (:class:`~sparsegp_common.objectives.control_variates.State`)
+    follows ``v`` from the rows the previous step read, and is recomputed exactly every
+    ``refresh_every`` steps."""
+    with _bound(owner, X, y) as (prior, likelihood, X, y):
+        return _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replacement, control)
+
+
+def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replacement, control):
+    q = prior.chevron()
+    _, indices = draw(owner._sites.key(key), X, X.shape[0], q, None, num_basis, num_columns, replacement)
+    num_data = X.shape[0] if owner.num_data is None else owner.num_data
+    loss = gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, indices)
+    if control is None:
+        return loss
+    state, refresh_every = control
+    xp, ops = namespace(loss), backend(loss)
+    support = control_variates.Support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
+    a = ops.when_any((state.step % refresh_every == 0) & (state.step > 0), lambda: _support_product(support, q),
+                     lambda: control_variates.catch_up(support, state, lambda rows: _columns(q, rows)))
+    I, J = indices.I, indices.J
+    loss = loss + 0.5 * control_variates.pair(support, a, _columns(q, I), _columns(q, J), I, J, q.num_weights,
+                                              num_data, likelihood.variance)
+    rows = xp.concat([I, J, xp.arange(q.num_dense, device=device(I))])  # all a sparse step may change
+    return loss, state._replace(a=a, rows=rows, values=ops.stop_gradient(_columns(q, rows)), step=state.step + 1)
+
+
+def initial_control_state(owner, X, y, support_X, num_basis):
+    """The control variates' first state for ``owner`` at its current values (see
+    :func:`quadruply_stochastic_loss`): ``a = Phi_p v`` exactly, the kernel's lengthscale and
+    variance kept for ``Phi_p``; ``support_X`` ``(n_bar, D)``."""
+    with _bound(owner, X, y) as (prior, _, X, _):
+        return _first_state(owner, prior, X, support_X, num_basis)
+
+
+def _first_state(owner, prior, X, support_X, num_basis):
+    ops, xp, q = backend(X), namespace(X), prior.chevron()
+    support_X = owner._checks.inputs(support_X, "control_variates", prior.input_dim, like=X)
+    lengthscale, variance = (ops.stop_gradient(a) for a in (prior.kernel.lengthscale, prior.kernel.variance))
+    a = _support_product(control_variates.Support(support_X, prior.basis.fixed(lengthscale, variance)), q)
+    rows = xp.zeros((2 * num_basis + q.num_dense,), dtype=xp.int32, device=device(X))
+    return control_variates.State(support_X, a, rows, ops.stop_gradient(_columns(q, rows)), lengthscale, variance,
+                                  xp.asarray(0, dtype=xp.int32, device=device(X)))
 
 
 class QuadruplyStochasticELBO:
@@ -167,25 +238,71 @@ class QuadruplyStochasticELBO:
     negative ELBO with an unbiased gradient; the minibatch (``batch_size`` in ``fit``) is the
     draw of rows. A step then costs ``O(B num_basis (1 + k))``, not ``O(B m k)``.
 
+    With ``control_variates`` (support rows ``X_p``, ``(n_bar, D)``: e.g. 500 training inputs
+    drawn at random) the loss adds the zero-mean pairs of Proposition 3 for the mean and every
+    dense column (App. F.1's gradient scaling included), which cancel most of the basis draws'
+    noise in the data quadratics at ``O(n_bar num_basis (1 + k))`` per step. Their state
+    (``Phi_p v`` with ``Phi_p`` the basis at the initial hyperparameters, F.3) follows ``v`` from
+    the rows each step reads, which is exact only if the optimiser of the q tables changes just the
+    entries with a gradient: AdaGrad or plain SGD, not Adam, momentum or weight decay (``fit``
+    refuses those; NumPyro's ``Adagrad`` needs ``momentum=0.0``, its default being 0.9); it is recomputed exactly every ``refresh_every`` steps (``O(n_bar m k)``).
+    ``fit`` carries the state from step to step and into checkpoints.
+
     Args:
         num_basis: ``m~``, the basis indices per set (at most ``m`` without replacement).
-        num_columns: dense columns of ``C`` per step (None: all).
+        num_columns: dense columns of ``C`` per step (None: all; must be None with control variates).
         replacement: draw with replacement (the default).
+        control_variates: None, or the support rows ``(n_bar, D)``.
+        refresh_every: steps between exact recomputations of the control variates' state.
     """
 
-    def __init__(self, num_basis=1000, num_columns=None, replacement=True):
+    #: optimiser classes (by name) that change only the entries with a nonzero gradient
+    SPARSE_OPTIMISERS = ("Adagrad", "SGD")
+
+    def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000):
         self.num_basis = checks.positive_int(num_basis, "num_basis")
         self.num_columns = None if num_columns is None else checks.positive_int(num_columns, "num_columns")
         if not isinstance(replacement, bool):
             raise TypeError(f"replacement must be True or False, got {replacement!r}")
-        self.replacement = replacement
+        if control_variates is not None and num_columns is not None:
+            raise ValueError("control_variates cover every dense column: leave num_columns=None")
+        self.replacement, self.control_variates = replacement, control_variates
+        self.refresh_every = checks.positive_int(refresh_every, "refresh_every")
 
-    def negative_elbo(self, model, X, y, key=None, **kwargs):
-        """The estimate for the ``GPModel`` whose ``model`` method is given, drawn from ``key``."""
+    @staticmethod
+    def _owner(model, kwargs):
         owner = getattr(model, "__self__", None)
         if owner is None or not hasattr(owner, "prior") or not hasattr(owner, "likelihood"):
             raise TypeError("QuadruplyStochasticELBO needs model=gp_model.model for a GPModel(QSGP(...), Gaussian())")
         if kwargs:
             raise ValueError(f"QuadruplyStochasticELBO takes external minibatches only, got {sorted(kwargs)}")
-        return quadruply_stochastic_loss(owner, X, y, key, self.num_basis, self.num_columns, self.replacement)
+        return owner
 
+    def negative_elbo(self, model, X, y, key=None, state=None, **kwargs):
+        """The estimate for the ``GPModel`` whose ``model`` method is given, drawn from ``key``;
+        with control variates ``(estimate, new state)`` from ``state``."""
+        control = None if self.control_variates is None else (state, self.refresh_every)
+        return quadruply_stochastic_loss(self._owner(model, kwargs), X, y, key, self.num_basis, self.num_columns,
+                                         self.replacement, control)
+
+    def initial_state(self, model, X, y):
+        """The control variates' first state at the model's current values (None without them)."""
+        if self.control_variates is None:
+            return None
+        return initial_control_state(self._owner(model, {}), X, y, self.control_variates, self.num_basis)
+
+    def check_optimiser(self, name, optimiser, options):
+        """Refuse, for the q table ``name``, an optimiser class (with its ``options``) that moves
+        entries without a gradient: their control-variate state would go wrong (see above)."""
+        if self.control_variates is None or not name.split(".")[-1].startswith("q_"):
+            return
+        label = getattr(optimiser, "__name__", repr(optimiser))
+        # NumPyro's Adagrad (JAX's) has momentum 0.9 unless told otherwise
+        momentum = 0.9 if label == "Adagrad" and getattr(optimiser, "__module__", "").startswith("numpyro") else 0.0
+        moving = [key for key, default in (("momentum", momentum), ("weight_decay", 0.0)) if options.get(key, default)]
+        if label not in self.SPARSE_OPTIMISERS or moving:
+            raise ValueError(
+                f"the control variates of QuadruplyStochasticELBO need an optimiser that changes only the entries "
+                f"with a gradient for {name}, got {label}{' with ' + ', '.join(moving) if moving else ''}: give the "
+                "q tables their own group, e.g. param_groups=[{'params': 'gp.q_*', 'optimizer': Adagrad, 'lr': 0.1}] "
+                "(with numpyro.optim.Adagrad also 'momentum': 0.0)")
