@@ -15,8 +15,7 @@ import contextlib
 from sparsegp_common import checks
 from sparsegp_common.features.random_fourier import RandomFourierBasis
 from sparsegp_common.likelihoods import Gaussian
-from sparsegp_common.objectives import control_variates
-from sparsegp_common.objectives.quadruply_stochastic import draw, gaussian_loss
+from sparsegp_common.objectives import control_variates, quadruply_stochastic
 from sparsegp_common.ops import backend, device, namespace
 from sparsegp_common.priors import GPPrior
 from sparsegp_common.variational.chevron import Chevron
@@ -161,9 +160,8 @@ def _bound(owner, X, y):
     """Yields ``(prior, likelihood, X, y)``: the prior and likelihood bound (readable inside the
     block), the checked rows, ``y`` less the mean function."""
     prior, likelihood = owner.prior, owner.likelihood
-    if not isinstance(prior, QSGP) or not isinstance(likelihood, Gaussian):
-        raise TypeError("the quadruply stochastic loss needs GPModel(QSGP(...), Gaussian()), got "
-                        f"GPModel({type(prior).__name__}, {type(likelihood).__name__})")
+    if not isinstance(prior, QSGP) or prior.num_latent is not None:
+        raise TypeError(f"the quadruply stochastic loss needs a GPModel with a QSGP prior, got {type(prior).__name__}")
     mean_function = getattr(prior, "mean_function", None)
     if mean_function is not None and mean_function.coefficient_prior is not None:
         raise ValueError("the quadruply stochastic loss takes mean functions without a coefficient prior")
@@ -176,9 +174,12 @@ def _bound(owner, X, y):
 
 def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, replacement=True, control=None):
     """The quadruply stochastic estimate of the negative ELBO of ``owner`` (a ``GPModel`` with a
-    :class:`QSGP` prior and a ``Gaussian`` likelihood) on the rows ``X``, ``y`` (a minibatch of the
-    ``num_data`` rows, or all of them): unbiased, over ``num_basis`` basis indices per set and
-    ``num_columns`` of the dense columns (None: all), drawn from ``key`` (the backend's).
+    :class:`QSGP` prior) on the rows ``X``, ``y`` (a minibatch of the ``num_data`` rows, or all of
+    them), over ``num_basis`` basis indices per set and ``num_columns`` of the dense columns (None:
+    all), drawn from ``key`` (the backend's): unbiased for the ``Gaussian`` likelihood (Theorems
+    1-2); for other likelihoods the reparameterised subsampled bound
+    (:func:`~sparsegp_common.objectives.quadruply_stochastic.subsampled_bound`), whose mean is at
+    least the exact negative ELBO when ``log p(y | f)`` is concave in ``f`` (Bernoulli, Poisson).
 
     ``control``: None, or ``(state, refresh_every)`` for the support-point control
     variates (Proposition 3 for the mean and every dense column; ``num_columns`` must be None):
@@ -190,10 +191,19 @@ def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, rep
 
 
 def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replacement, control):
-    q = prior.chevron()
-    _, indices = draw(owner._sites.key(key), X, X.shape[0], q, None, num_basis, num_columns, replacement)
+    q, ops = prior.chevron(), backend(X)
     num_data = X.shape[0] if owner.num_data is None else owner.num_data
-    loss = gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, indices)
+    key = owner._sites.key(key)
+    if not isinstance(likelihood, Gaussian):
+        if control is not None:
+            raise ValueError("control_variates are for the Gaussian likelihood's estimator")
+        keys = ops.split(key, 3)
+        I = quadruply_stochastic.indices(keys[0], X, q.num_weights, num_basis, replacement)
+        eps_dense, eps_I = ops.normal(keys[1], (q.num_dense,), X), ops.normal(keys[2], (num_basis,), X)
+        return quadruply_stochastic.subsampled_bound(prior.basis, q, X, y, likelihood.log_prob, num_data, I,
+                                                     eps_dense, eps_I)
+    _, indices = quadruply_stochastic.draw(key, X, X.shape[0], q, None, num_basis, num_columns, replacement)
+    loss = quadruply_stochastic.gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, indices)
     if control is None:
         return loss
     state, refresh_every = control
@@ -212,7 +222,10 @@ def initial_control_state(owner, X, y, support_X, num_basis):
     """The control variates' first state for ``owner`` at its current values (see
     :func:`quadruply_stochastic_loss`): ``a = Phi_p v`` exactly, the kernel's lengthscale and
     variance kept for ``Phi_p``; ``support_X`` ``(n_bar, D)``."""
-    with _bound(owner, X, y) as (prior, _, X, _):
+    with _bound(owner, X, y) as (prior, likelihood, X, _):
+        if not isinstance(likelihood, Gaussian):
+            raise ValueError("control_variates are for the Gaussian likelihood's estimator, got "
+                             f"{type(likelihood).__name__}")
         return _first_state(owner, prior, X, support_X, num_basis)
 
 
@@ -227,16 +240,21 @@ def _first_state(owner, prior, X, support_X, num_basis):
 
 
 class QuadruplyStochasticELBO:
-    """The quadruply stochastic loss (Evans and Nair, 2020) of a ``GPModel(QSGP(...), Gaussian())``:
+    """The quadruply stochastic loss (Evans and Nair, 2020) of a ``GPModel(QSGP(...), likelihood)``:
     ``loss(model, guide, X, y)`` for ``model``, ``guide`` the methods of that ``GPModel``
     (``fit(gp_model.model, gp_model.guide, (X, y), batch_size=..., loss=QuadruplyStochasticELBO())``).
 
-    Each call draws two independent sets of ``num_basis`` basis indices (the two sides of every
-    quadratic form), ``num_basis`` diagonal columns of ``C`` and ``num_columns`` of its dense
-    ones (None: all ``k``), uniformly with replacement (``O(num_basis)`` per draw) or without
-    (``replacement=False``: a permutation, ``O(m)``), and returns an unbiased estimate of the
-    negative ELBO with an unbiased gradient; the minibatch (``batch_size`` in ``fit``) is the
-    draw of rows. A step then costs ``O(B num_basis (1 + k))``, not ``O(B m k)``.
+    For the ``Gaussian`` likelihood each call draws two independent sets of ``num_basis`` basis
+    indices (the two sides of every quadratic form), ``num_basis`` diagonal columns of ``C`` and
+    ``num_columns`` of its dense ones (None: all ``k``), uniformly with replacement
+    (``O(num_basis)`` per draw) or without (``replacement=False``: a permutation, ``O(m)``), and
+    returns an unbiased estimate of the negative ELBO with an unbiased gradient (Theorems 1-2);
+    the minibatch (``batch_size`` in ``fit``) is the draw of rows. A step then costs
+    ``O(B num_basis (1 + k))``, not ``O(B m k)``. For other likelihoods it draws one basis set and
+    ``w = q_mu + C eps``, and returns the reparameterised subsampled bound: its mean is at least
+    the exact negative ELBO for log-concave likelihoods (Bernoulli, Poisson), with a gap that
+    shrinks as ``num_basis`` grows (the paper's Theorem 3 scales its noise by the variance where
+    the standard deviation belongs, and bounds the wrong quantity; this is the corrected form).
 
     With ``control_variates`` (support rows ``X_p``, ``(n_bar, D)``: e.g. 500 training inputs
     drawn at random) the loss adds the zero-mean pairs of Proposition 3 for the mean and every
@@ -273,7 +291,7 @@ class QuadruplyStochasticELBO:
     def _owner(model, kwargs):
         owner = getattr(model, "__self__", None)
         if owner is None or not hasattr(owner, "prior") or not hasattr(owner, "likelihood"):
-            raise TypeError("QuadruplyStochasticELBO needs model=gp_model.model for a GPModel(QSGP(...), Gaussian())")
+            raise TypeError("QuadruplyStochasticELBO needs model=gp_model.model for a GPModel(QSGP(...), likelihood)")
         if kwargs:
             raise ValueError(f"QuadruplyStochasticELBO takes external minibatches only, got {sorted(kwargs)}")
         return owner
