@@ -16,6 +16,7 @@ SUITES = {
     "dbk": "benchmarks.dbk",
     "export": "benchmarks.export",
     "harmonic": "benchmarks.harmonic",
+    "qsgp": "benchmarks.qsgp",
 }
 ON_GPU = {"peers", "harmonic"}  # the suites whose runners place their tensors (harness.tensor)
 
@@ -25,7 +26,8 @@ def main(argv=None):
     parser.add_argument("suite", choices=sorted(SUITES))
     parser.add_argument("--quick", action="store_true", help="the short version run in CI (< 2 minutes)")
     parser.add_argument("--part", action="append",
-                        help="run only this part of a suite that has parts (harmonic: speed, accuracy, classification); "
+                        help="run only this part of a suite that has parts (harmonic: speed, accuracy, classification; "
+                             "qsgp: speed, accuracy); "
                              "repeatable")
     parser.add_argument("--out", help="JSON-lines file to append to (default: outputs/benchmarks/<suite>.jsonl)")
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and XLA (default 2)")

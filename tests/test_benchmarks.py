@@ -141,6 +141,22 @@ def test_harmonic_quick(tmp_path):
         assert 0 <= row["accuracy"] <= 1 and 0 < row["nll"] < 10
 
 
+@pytest.mark.slow
+def test_qsgp_quick(tmp_path):
+    stdout, rows = run_suite("qsgp", tmp_path)
+    lines = table_lines(stdout)
+    speed = [row for row in rows if row["part"] == "speed"]
+    accuracy = [row for row in rows if row["part"] == "accuracy"]
+    assert lines[0].startswith("| model | m | loss | Pyro | NumPyro (jit) |")
+    assert len(lines) == 2 * 2 + len(rows)
+    check_meta(speed[0], "qsgp")
+    assert [row["m"] for row in speed] == [200, 400, 200, 16]
+    assert all(row["seconds_pyro"] > 0 and row["seconds_numpyro"] > 0 for row in speed)
+    assert [row["model"] for row in accuracy] == ["QSGP-0", "QSGP-10", "SVGP-16"]
+    for row in accuracy:
+        assert row["steps"] == 3 and math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 2
+
+
 def test_train_for_gives_each_runner_the_budget():
     from benchmarks.decoupled import train_for
 

@@ -16,8 +16,8 @@ the entries a step changed (:func:`advance`): an optimiser that moves only the d
 
 The gradient of ``|a|^2`` is dense; its entries at ``U``, the distinct indices of ``I`` and
 ``J``, are kept and scaled by ``m / |U|`` (F.1), which is unbiased for exchangeable draws. Repeated
-indices count once: each occurrence is weighted by one over its multiplicity, so no ``unique``
-(with its data-dependent size) is needed.
+indices count once: each occurrence is weighted by one over its multiplicity (from a sort), so no
+``unique`` (with its data-dependent size) is needed.
 """
 from typing import NamedTuple
 
@@ -46,7 +46,9 @@ def occurrences(index, dtype):
     multiplicity, so that a sum over them counts each distinct index once, and the number of
     distinct indices."""
     xp = namespace(index)
-    weights = 1.0 / xp.astype(xp.sum(xp.astype(index[:, None] == index[None, :], xp.int32), axis=1), dtype)
+    ordered = xp.sort(index)  # O(n log n): the multiplicity is the width of the index's run
+    runs = xp.searchsorted(ordered, index, side="right") - xp.searchsorted(ordered, index, side="left")
+    weights = 1.0 / xp.astype(runs, dtype)
     return weights, xp.sum(weights)
 
 

@@ -148,8 +148,8 @@ def subsampled_bound(basis, q, X, y, log_prob, num_data, I, eps_dense, eps_I):
     m, k = q.num_weights, q.num_dense
     if not basis.diagonal_prior:
         raise ValueError("the subsampled bound needs a basis with a diagonal prior precision")
-    first = xp.argmax(xp.astype(I[:, None] == I[None, :], xp.int32), axis=1)
-    eps_I = xp.take(eps_I, first, axis=0)
+    # one draw per distinct index: the draw at the position of its first copy in sorted order
+    eps_I = xp.take(eps_I, xp.searchsorted(xp.sort(I), I, side="left"), axis=0)
     log_c = q.log_diagonal(I)
     w = q.mean(I) + xp.exp(log_c) * eps_I * xp.astype(I >= k, y.dtype)
     if k:
