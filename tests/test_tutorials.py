@@ -42,3 +42,12 @@ def test_arviz_diagnostics(backend, tmp_path):
     k = float(re.search(r"max Pareto k ([\d.]+)", out).group(1))
     assert k < 1.0
     assert output.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_qsgp_regression(tmp_path):
+    output = tmp_path / "plot.png"
+    out = run("qsgp_regression.py", "--output", str(output))
+    rmse, coverage = map(float, re.search(r"test RMSE ([\d.]+) .*coverage ([\d.]+)", out).groups())
+    assert rmse < 0.2 and coverage > 0.9  # the function's amplitude is 1.5; the noise sd 0.2
+    assert output.stat().st_size > 10_000

@@ -63,7 +63,9 @@ def draw(key, like, num_data, q, num_rows, num_basis, num_columns=None, replacem
 
     rows = None if num_rows is None else pick(keys[0], num_data, num_rows)
     R = xp.arange(k, device=where) if num_columns is None else pick(keys[3], k, num_columns)
-    D = pick(keys[4], m - k, num_basis, offset=k) if m > k else xp.arange(0, device=where)
+    # without replacement, at most the m - k diagonal columns there are
+    D = pick(keys[4], m - k, num_basis if replacement else min(num_basis, m - k), offset=k) if m > k \
+        else xp.arange(0, device=where)
     return rows, Draw(pick(keys[1], m, num_basis), pick(keys[2], m, num_basis), R, D)
 
 

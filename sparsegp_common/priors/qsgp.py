@@ -207,14 +207,15 @@ def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replaceme
     if control is None:
         return loss
     state, refresh_every = control
-    xp, ops = namespace(loss), backend(loss)
+    xp = namespace(loss)
     support = control_variates.Support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
     a = ops.when_any((state.step % refresh_every == 0) & (state.step > 0), lambda: _support_product(support, q),
                      lambda: control_variates.catch_up(support, state, lambda rows: _columns(q, rows)))
     I, J = indices.I, indices.J
     loss = loss + 0.5 * control_variates.pair(support, a, _columns(q, I), _columns(q, J), I, J, q.num_weights,
                                               num_data, likelihood.variance)
-    rows = xp.concat([I, J, xp.arange(q.num_dense, device=device(I))])  # all a sparse step may change
+    # every row a sparse step may change: the two sets, and the dense columns' diagonal entries
+    rows = xp.astype(xp.concat([I, J, xp.arange(q.num_dense, device=device(I))]), state.rows.dtype)
     return loss, state._replace(a=a, rows=rows, values=ops.stop_gradient(_columns(q, rows)), step=state.step + 1)
 
 
@@ -263,7 +264,8 @@ class QuadruplyStochasticELBO:
     (``Phi_p v`` with ``Phi_p`` the basis at the initial hyperparameters, F.3) follows ``v`` from
     the rows each step reads, which is exact only if the optimiser of the q tables changes just the
     entries with a gradient: AdaGrad or plain SGD, not Adam, momentum or weight decay (``fit``
-    refuses those; NumPyro's ``Adagrad`` needs ``momentum=0.0``, its default being 0.9); it is recomputed exactly every ``refresh_every`` steps (``O(n_bar m k)``).
+    refuses those; NumPyro's ``Adagrad`` needs ``momentum=0.0``, its default being 0.9); it is
+    recomputed exactly every ``refresh_every`` steps (``O(n_bar m k)``).
     ``fit`` carries the state from step to step and into checkpoints.
 
     Args:
