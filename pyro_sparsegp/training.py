@@ -19,7 +19,7 @@ class _Trainer(Trainer):
     def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
         self.model, self.guide, self.data, self.plan, self.kwargs = model, guide, tuple(data), plan, kwargs
         self.loss_fn = _loss_fn(loss)
-        self.loss_state = getattr(loss, "state_dict", None) and loss  # a loss with state between steps
+        self.loss_state = loss if hasattr(loss, "state_dict") else None  # a loss with state between steps
         pyro.set_rng_seed(seed)
         self.names, self.values, self.constraints = _capture_params(self.loss_fn, model, guide, _batch(self.data, plan, 0),
                                                                     kwargs)

@@ -504,4 +504,10 @@ class Trainer:
     * ``finish() -> (params, state)``: the final values, left where predictions read them, and the
       optimiser state for ``FitResult.state``;
     * ``to_floats(values)``: read the steps' values back in one transfer, as ``[(loss, grad_norm), ...]``.
+
+    A loss may keep state from step to step (the control variates of ``QuadruplyStochasticELBO``):
+    the trainer then carries it (Pyro: ``loss.state_dict()``/``load_state_dict``, saved in
+    checkpoints and snapshots; NumPyro: SVI's mutable state, set up by
+    ``loss.with_initial_state``), and a loss with ``check_optimiser(name, cls, options)`` may refuse
+    the optimiser a parameter group gives one of its parameters.
     """
