@@ -249,11 +249,13 @@ def _exact_support_product(backend, model, state, caught_up=False):
 
 
 def test_fit_carries_the_control_variates_state(backend):
-    """After 30 AdaGrad steps (the hyperparameters moving under Adam too) the state that ``fit``
-    carried gives ``Phi_p v`` of the trained tables, to round-off, and the loss trained."""
-    model, loss, X, y = _cv_problem(backend)
+    """After 30 AdaGrad steps (the hyperparameters moving under Adam too, ``Phi_p`` refreshed at
+    their values every 7 steps) the state that ``fit`` carried gives ``Phi_p v`` of the trained
+    tables, to round-off, and the loss trained."""
+    model, loss, X, y = _cv_problem(backend, refresh_every=7)
     result = _fit_cv(backend, model, loss, X, y, 30)
     state = _state(backend, loss, result)
+    assert abs(float(backend.numpy(state.lengthscale)[0]) - 1.0) > 1e-3  # a refresh took the moved lengthscale
     np.testing.assert_allclose(_exact_support_product(backend, model, state, caught_up=True),
                                _exact_support_product(backend, model, state), rtol=1e-9, atol=1e-11)
     assert int(backend.numpy(state.step)) >= 30

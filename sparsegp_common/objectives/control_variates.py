@@ -9,8 +9,8 @@ minibatch's ``n / n~ Phi_l^T Phi_l``, by adding the zero-mean pair
     ``- n m^2 / (noise n_bar m~^2) (Phi_pJ v_J) . (Phi_pI v_I)  +  n / (noise n_bar) |a|^2``
 
 over ``n_bar`` support rows ``p`` drawn once, ``a = Phi_p v`` (``(n_bar, p)``). ``Phi_p`` is the
-basis at initialisation (F.3: the pair stays zero-mean when the hyperparameters move; only its
-correlation with the estimate fades), so ``a`` is kept up to date in ``O(n_bar m~)`` per step from
+basis at fixed hyperparameters (F.3: the pair stays zero-mean when the hyperparameters move; only
+its correlation with the estimate fades, until a refresh moves them), so ``a`` is kept up to date in ``O(n_bar m~)`` per step from
 the entries a step changed (:func:`advance`): an optimiser that moves only the drawn entries
 (SGD, AdaGrad) keeps it exact; Adam's moments move every entry and would make it wrong.
 
@@ -96,7 +96,8 @@ class State(NamedTuple):
         a: ``Phi_p v`` ``(n_bar, p)`` at the values ``v`` had when ``rows`` were last read.
         rows: the rows a step may have changed since (the last step's basis sets).
         values: ``v`` at ``rows`` when they were read ``(len(rows), p)``.
-        lengthscale, variance: the kernel's values at initialisation (``Phi_p`` is kept fixed, F.3).
+        lengthscale, variance: the kernel's values ``Phi_p`` is computed at (those of the last
+            refresh: fixed in between, F.3).
         step: steps since the start.
     """
 

@@ -185,7 +185,7 @@ def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, rep
     variates (Proposition 3 for the mean and every dense column; ``num_columns`` must be None):
     then returns ``(loss, new_state)``. The state (:class:`~sparsegp_common.objectives.control_variates.State`)
     follows ``v`` from the rows the previous step read, and is recomputed exactly every
-    ``refresh_every`` steps."""
+    ``refresh_every`` steps, ``Phi_p`` then taking the hyperparameters' current values."""
     with _bound(owner, X, y) as (prior, likelihood, X, y):
         return _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replacement, control)
 
@@ -208,15 +208,24 @@ def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replaceme
         return loss
     state, refresh_every = control
     xp = namespace(loss)
-    support = control_variates.Support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
-    a = ops.when_any((state.step % refresh_every == 0) & (state.step > 0), lambda: _support_product(support, q),
-                     lambda: control_variates.catch_up(support, state, lambda rows: _columns(q, rows)))
+
+    def refresh():  # Phi_p at the current hyperparameters, and a from scratch
+        fixed = tuple(ops.stop_gradient(h) for h in (prior.kernel.lengthscale, prior.kernel.variance))
+        return (_support_product(control_variates.Support(state.X, prior.basis.fixed(*fixed)), q),) + fixed
+
+    def follow():
+        support = control_variates.Support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
+        return control_variates.catch_up(support, state, lambda rows: _columns(q, rows)), state.lengthscale, state.variance
+
+    a, lengthscale, variance = ops.when_any((state.step % refresh_every == 0) & (state.step > 0), refresh, follow)
+    support = control_variates.Support(state.X, prior.basis.fixed(lengthscale, variance))
     I, J = indices.I, indices.J
     loss = loss + 0.5 * control_variates.pair(support, a, _columns(q, I), _columns(q, J), I, J, q.num_weights,
                                               num_data, likelihood.variance)
     # every row a sparse step may change: the two sets, and the dense columns' diagonal entries
     rows = xp.astype(xp.concat([I, J, xp.arange(q.num_dense, device=device(I))]), state.rows.dtype)
-    return loss, state._replace(a=a, rows=rows, values=ops.stop_gradient(_columns(q, rows)), step=state.step + 1)
+    return loss, state._replace(a=a, rows=rows, values=ops.stop_gradient(_columns(q, rows)), lengthscale=lengthscale,
+                                variance=variance, step=state.step + 1)
 
 
 def initial_control_state(owner, X, y, support_X, num_basis):
@@ -261,11 +270,13 @@ class QuadruplyStochasticELBO:
     drawn at random) the loss adds the zero-mean pairs of Proposition 3 for the mean and every
     dense column (App. F.1's gradient scaling included), which cancel most of the basis draws'
     noise in the data quadratics at ``O(n_bar num_basis (1 + k))`` per step. Their state
-    (``Phi_p v`` with ``Phi_p`` the basis at the initial hyperparameters, F.3) follows ``v`` from
+    (``Phi_p v`` with ``Phi_p`` the basis at the hyperparameters of the last refresh, F.3) follows ``v`` from
     the rows each step reads, which is exact only if the optimiser of the q tables changes just the
     entries with a gradient: AdaGrad or plain SGD, not Adam, momentum or weight decay (``fit``
     refuses those; NumPyro's ``Adagrad`` needs ``momentum=0.0``, its default being 0.9); it is
-    recomputed exactly every ``refresh_every`` steps (``O(n_bar m k)``).
+    recomputed exactly every ``refresh_every`` steps (``O(n_bar m k)``), ``Phi_p`` then taking the
+    current hyperparameters (the pair is zero-mean whatever they are, but cancels less noise the
+    further they have moved).
     ``fit`` carries the state from step to step and into checkpoints.
 
     Args:
