@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from sparsegp_common.inference.training import EarlyStopping, make_plan
+from resume import crash_and_resume
 from trajectories import assert_same_loss_and_gradients, assert_same_trajectory, loss_and_gradients, spread
 
 N, M = 60, 6
@@ -173,15 +174,8 @@ def test_param_groups_can_have_their_own_optimiser(backend, tmp_path):
         np.testing.assert_allclose(value, expected, rtol=1e-12, atol=1e-14, err_msg=name)
     assert not np.allclose(all_sgd["gp.q_mu"], all_adam["gp.q_mu"])
 
-    def crash(state):
-        if state.step == 4:
-            raise KeyboardInterrupt
-
-    path = str(tmp_path / "ckpt")
     full = run(6, param_groups=groups, batch_size=20)
-    with pytest.raises(KeyboardInterrupt):
-        run(6, param_groups=groups, batch_size=20, checkpoint=path, checkpoint_every=3, callbacks=crash)
-    resumed = run(6, param_groups=groups, batch_size=20, checkpoint=path, checkpoint_every=3, resume=True)
+    resumed = crash_and_resume(lambda **o: run(6, param_groups=groups, batch_size=20, **o), tmp_path, stop_at=4, every=3)
     for name, value in full.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     with pytest.raises(TypeError, match=r"param_groups\[0\]\['optimizer'\]"):
@@ -360,15 +354,7 @@ def test_resume_reaches_the_uninterrupted_parameters(backend, tmp_path):
         return backend.lib.fit(model, guide, (X, y), **options, **extra)
 
     full = run()
-
-    def crash(state):
-        if state.step == 7:
-            raise KeyboardInterrupt
-
-    path = str(tmp_path / "ckpt")
-    with pytest.raises(KeyboardInterrupt):
-        run(checkpoint=path, checkpoint_every=5, callbacks=crash)
-    resumed = run(checkpoint=path, checkpoint_every=5, resume=True)
+    resumed = crash_and_resume(run, tmp_path, stop_at=7, every=5)
     np.testing.assert_array_equal(resumed.losses, full.losses)
     for k, v in params_np(backend, full.params).items():
         np.testing.assert_array_equal(backend.numpy(resumed.params[k]), v, err_msg=k)

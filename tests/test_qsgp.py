@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import reference as ref
-from sparsegp_common.objectives.quadruply_stochastic import Draw, draw, gaussian_loss
+from sparsegp_common.objectives.quadruply_stochastic import Draw, draw, gaussian_loss, indices
 from sparsegp_common.variational.chevron import Chevron
 
 
@@ -164,7 +164,7 @@ def test_estimate_is_unbiased_at_realistic_sizes(replacement):
     key = np.random.default_rng(2)
     values = []
     for _ in range(4000):
-        rows, d = draw(key, y, 40, q, 8, 6, num_columns=2, replacement=replacement)
+        rows, d = indices(key, y, 40, 8, replacement), draw(key, y, q, 6, num_columns=2, replacement=replacement)
         assert rows.max() < 40 and d.I.max() < 30 and d.J.max() < 30 and d.R.max() < 3 and d.D.min() >= 3
         values.append(gaussian_loss(basis, q, rows, y[rows], noise, 40, d))
     values = np.array(values)
@@ -173,7 +173,7 @@ def test_estimate_is_unbiased_at_realistic_sizes(replacement):
     if not replacement:
         assert len(set(rows.tolist())) == 8
         with pytest.raises(ValueError, match="without replacement"):
-            draw(key, y, 40, q, 41, 6, replacement=False)
+            indices(key, y, 40, 41, replacement=False)
 
 
 def test_backends_agree():
@@ -193,7 +193,7 @@ def test_backends_agree():
             value = gaussian_loss(b, tq, idx[0], to(y)[idx[0]], to(np.asarray(noise)), len(y), Draw(*idx[1:]))
             assert float(value) == pytest.approx(float(expected), rel=1e-12)
             key = None if to is torch.tensor else jax.random.PRNGKey(0)
-            rows, d = draw(key, tq.q_mu, len(y), tq, 3, 4)
-            assert rows.shape == (3,) and d.I.shape == d.J.shape == d.D.shape == (4,)
-            assert int(rows.max()) < len(y) and int(d.I.max()) < 5 and int(d.D.min()) >= 2
+            d = draw(key, tq.q_mu, tq, 4)
+            assert d.I.shape == d.J.shape == d.D.shape == (4,)
+            assert int(d.I.max()) < 5 and int(d.D.min()) >= 2
             np.testing.assert_array_equal(np.asarray(d.R), [0, 1])

@@ -4,6 +4,7 @@ loss's expectation and gradient against the exact ELBO's, training through ``fit
 import numpy as np
 import pytest
 import reference as ref
+from resume import crash_and_resume
 
 M, K, D = 7, 2, 2
 
@@ -333,15 +334,7 @@ def test_resume_restores_the_control_variates_state(backend, tmp_path):
         return result, _state(backend, loss, result)
 
     full, full_state = run()
-
-    def crash(state):
-        if state.step == 7:
-            raise KeyboardInterrupt
-
-    path = str(tmp_path / "ckpt")
-    with pytest.raises(KeyboardInterrupt):
-        run(checkpoint=path, checkpoint_every=5, callbacks=crash)
-    resumed, resumed_state = run(checkpoint=path, checkpoint_every=5, resume=True)
+    resumed, resumed_state = crash_and_resume(run, tmp_path, stop_at=7, every=5)
     np.testing.assert_allclose(resumed.losses, full.losses, rtol=1e-12)
     np.testing.assert_allclose(backend.numpy(resumed_state.a), backend.numpy(full_state.a), rtol=1e-12, atol=1e-14)
     for k, v in full.params.items():

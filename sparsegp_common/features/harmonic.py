@@ -27,7 +27,7 @@ import numpy as np
 
 from sparsegp_common.features import Features, Kuf, Kuu, component_variances
 from sparsegp_common.features.nystrom import trace_error
-from sparsegp_common.kernels import Kernel, Product, Stationary, Sum
+from sparsegp_common.kernels import Kernel, Product, Stationary, Sum, squared_distances
 from sparsegp_common.ops import backend, device, namespace
 
 __all__ = [  # what the backends re-export (HarmonicFeatures adapted)
@@ -383,8 +383,7 @@ def _orbit_kernel(transformation, kernel, Z, X=None):
     center, lengthscale = _like(transformation.center, Z), kernel.lengthscale
     Zs = (Z - center) / lengthscale
     Ys = Zs if X is None else (X - center) / lengthscale
-    z2, y2 = xp.sum(Zs**2, axis=-1)[..., None], xp.sum(Ys**2, axis=-1)
-    y2 = y2[..., None, :] if X is None else y2
+    z2, y2 = xp.sum(Zs**2, axis=-1), xp.sum(Ys**2, axis=-1)
     move_data = Ys.shape[-2] < math.prod(Zs.shape[:-1])
     matmul = backend(Z).precise_matmul
 
@@ -395,7 +394,7 @@ def _orbit_kernel(transformation, kernel, Z, X=None):
             cross = matmul(Zs, transformation.linear(Ys, transformation.inverse(s)).mT)
         else:
             cross = matmul(transformation.linear(Zs, s), Ys.mT)
-        return kernel.variance * kernel.shape_fn(xp.clip(z2 + y2 - 2 * cross, min=0.0))
+        return kernel.variance * kernel.shape_fn(squared_distances(z2, y2, cross))
     return term
 
 

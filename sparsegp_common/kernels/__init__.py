@@ -52,6 +52,12 @@ class Kernel:
         return self._adapted[Product](self, other)
 
 
+def squared_distances(x2, z2, cross):
+    """``|x - z|^2`` for every pair from the squared norms ``x2`` ``(..., N)``, ``z2`` ``(..., M)``
+    and the inner products ``cross`` ``(..., N, M)``; clipped at zero (the expansion's round-off)."""
+    return namespace(cross).clip(x2[..., :, None] + z2[..., None, :] - 2 * cross, min=0.0)
+
+
 class Stationary(Kernel):
     """A kernel ``variance * shape(r)`` of the scaled distance ``r = |(x - z) / lengthscale|``."""
 
@@ -72,11 +78,10 @@ class Stationary(Kernel):
         shift = xp.mean(X, axis=-2, keepdims=True)
         Xs = (X - shift) / ls
         Zs = Xs if Z is None else (Z - shift) / ls
-        cross = backend(X).precise_matmul(Xs, Zs.mT)
-        r2 = xp.sum(Xs**2, axis=-1)[..., :, None] + xp.sum(Zs**2, axis=-1)[..., None, :] - 2 * cross
+        r2 = squared_distances(xp.sum(Xs**2, axis=-1), xp.sum(Zs**2, axis=-1), backend(X).precise_matmul(Xs, Zs.mT))
         if Z is None:  # exact zeros on the diagonal: sqrt would amplify the round-off
             r2 = xp.where(xp.eye(X.shape[-2], dtype=xp.bool, device=device(X)), 0.0, r2)
-        return xp.clip(r2, min=0.0)
+        return r2
 
     def _check_dimension(self, D):
         size = self.lengthscale.shape[-1]

@@ -46,27 +46,25 @@ class Draw(NamedTuple):
     D: object
 
 
-def draw(key, like, num_data, q, num_rows, num_basis, num_columns=None, replacement=True):
-    """``(rows, Draw)``: ``num_rows`` of the ``num_data`` rows (None: none drawn, ``rows`` None:
-    the caller's minibatch is the row draw); ``I``, ``J`` and ``D`` of
-    ``num_basis`` indices each; ``R``: every dense column of ``q`` (``num_columns=None``) or
-    ``num_columns`` of them. With ``replacement`` (the default) a draw costs ``O(num_basis)``;
+def draw(key, like, q, num_basis, num_columns=None, replacement=True):
+    """The basis indices of one estimate (the rows are the caller's minibatch): ``I``, ``J`` and
+    ``D`` of ``num_basis`` indices each; ``R``: every dense column of ``q`` (``num_columns=None``)
+    or ``num_columns`` of them. With ``replacement`` (the default) a draw costs ``O(num_basis)``;
     without, ``O(m)`` (a permutation). ``like``: an array on the device (and of the backend) to
     draw on; ``key``: the backend's key (torch, NumPy: a generator or None)."""
     ops, where, xp = backend(like), device(like), namespace(like)
     m, k = q.num_weights, q.num_dense
-    keys = ops.split(key, 5)
+    keys = ops.split(key, 4)
 
     def pick(key, count, size, offset=0):
         drawn = indices(key, like, count, size, replacement)
         return drawn + offset if offset else drawn
 
-    rows = None if num_rows is None else pick(keys[0], num_data, num_rows)
-    R = xp.arange(k, device=where) if num_columns is None else pick(keys[3], k, num_columns)
+    R = xp.arange(k, device=where) if num_columns is None else pick(keys[2], k, num_columns)
     # without replacement, at most the m - k diagonal columns there are
-    D = pick(keys[4], m - k, num_basis if replacement else min(num_basis, m - k), offset=k) if m > k \
+    D = pick(keys[3], m - k, num_basis if replacement else min(num_basis, m - k), offset=k) if m > k \
         else xp.arange(0, device=where)
-    return rows, Draw(pick(keys[1], m, num_basis), pick(keys[2], m, num_basis), R, D)
+    return Draw(pick(keys[0], m, num_basis), pick(keys[1], m, num_basis), R, D)
 
 
 def indices(key, like, count, size, replacement=True):

@@ -202,7 +202,7 @@ def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replaceme
         eps_dense, eps_I = ops.normal(keys[1], (q.num_dense,), X), ops.normal(keys[2], (num_basis,), X)
         return quadruply_stochastic.subsampled_bound(prior.basis, q, X, y, likelihood.log_prob, num_data, I,
                                                      eps_dense, eps_I)
-    _, indices = quadruply_stochastic.draw(key, X, X.shape[0], q, None, num_basis, num_columns, replacement)
+    indices = quadruply_stochastic.draw(key, X, q, num_basis, num_columns, replacement)
     loss = quadruply_stochastic.gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, indices)
     if control is None:
         return loss
