@@ -12,7 +12,7 @@ from sparsegp_common.priors.dbk import ExactDBKPosterior, SVDBKPosterior, correc
 
 from . import checks, predict
 from . import priors  # noqa: F401  (registers GPPrior, the parent adapt() builds on)
-from .params import Parameterized, adapt, module_local
+from .params import Parameterized, adapt, owned
 
 __all__ = common.NAMES
 
@@ -56,7 +56,7 @@ class _DeepBasis(common._DeepBasis, Parameterized):
         for module in net.modules():
             for name, weight in list(module.named_parameters(recurse=False)):
                 setattr(module, name, PyroParam(weight.detach().clone()))
-        return module_local(net)  # the weights, like every parameter, stay out of the global store
+        return owned(net)  # the weights are the module's own, mirrored in the store like every parameter
 
     @staticmethod
     def _net_like(net):

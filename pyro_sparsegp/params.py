@@ -2,15 +2,19 @@
 
 Every library object with learnable quantities is a :class:`pyro.nn.PyroModule`; its parameters
 are named ``<module name>.<attribute>`` (for instance ``gp.kernel.lengthscale``), exactly like
-the parameter sites of the NumPyro backend. Their values live in the module, never in Pyro's
-global param store (see :class:`ModuleLocal`). The classes of the core (``sparsegp_common``)
-become Pyro modules by :func:`adapt`.
+the parameter sites of the NumPyro backend. Each module holds its own values and Pyro's global
+param store mirrors them under their names (see :class:`Owned`), so
+``pyro.get_param_store().save``/``load`` keep a trained GP. The classes of the core
+(``sparsegp_common``) become Pyro modules by :func:`adapt`.
 """
 import functools
+import weakref
 
 import pyro
 import pyro.distributions
+import torch
 from pyro.nn import PyroModule, PyroParam
+from pyro.poutine.runtime import _PYRO_STACK
 from torch.distributions import constraints
 
 from sparsegp_common import adapt as _adapt
@@ -20,37 +24,86 @@ from .sites import active  # noqa: F401  (importable from here, as before)
 
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": constraints.lower_cholesky}
 
+_PUT = {}  # name -> weak references to (the module, the tensor) this library last put in the store
+_NOBODY = (lambda: None, lambda: None, lambda: None)
 
-class ModuleLocal:
-    """A :class:`~pyro.nn.PyroModule` mixin: its ``PyroParam`` reads take Pyro's
-    ``module_local_params`` path whatever the user's global setting. Each read is still a ``param``
-    message, so ``poutine.trace``/``substitute``, SVI (which optimises ``value.unconstrained()``)
-    and autoguides see it, but the value is the module's own: the global param store neither
-    holds it nor overrides it, so two modules with the same name keep their own values."""
+
+class Owned:
+    """A :class:`~pyro.nn.PyroModule` mixin: the module owns its parameters (``PyroParam`` values and
+    the plain ``nn.Parameter`` values of converted networks) and Pyro's global param store mirrors them.
+
+    A read inside the module's context is a ``pyro.param`` site of the store, so
+    ``poutine.trace``/``substitute``, SVI, autoguides, ``fit`` and ``pyro.get_param_store()``
+    (``save``, ``load``, ``named_parameters``) see it. Before that read the store's entry is made
+    the module's own tensor: put there when missing or put by another module of this library
+    (the store follows the module last used under a name; no module takes another's values, as
+    Pyro's shared names would), copied into the module when it came from elsewhere (``load``,
+    ``pyro.param``), and a clear error when two modules with one name are read by one model run."""
 
     def __getattr__(self, name):
-        if name in self.__dict__.get("_pyro_params", ()) and self._pyro_context.active:
-            with pyro.settings.context(module_local_params=True):  # only for this read
-                return super().__getattr__(name)
+        pyro_params = self.__dict__.get("_pyro_params")
+        if pyro_params is not None and name in pyro_params:
+            if self._pyro_context.active:
+                return _read(self, name, name + "_unconstrained", *pyro_params[name])
+        elif name in self.__dict__.get("_parameters", ()) and self._pyro_context.active:
+            return _read(self, name, name, constraints.real, None)
         return super().__getattr__(name)
 
 
-def module_local(module):
+def _read(module, name, attribute, constraint, event_dim):
+    fullname = module._pyro_get_fullname(name)
+    own = module._parameters[attribute]
+    store = pyro.get_param_store()
+    if store._params.get(fullname) is not own:
+        _settle(store, module, fullname, own, constraint)
+    return pyro.param(fullname, constraint=constraint, event_dim=event_dim)
+
+
+def _settle(store, module, fullname, own, constraint):
+    """Make ``own`` (``module``'s tensor) the store's entry ``fullname``."""
+    held = store._params.get(fullname)
+    run = _PYRO_STACK[0] if _PYRO_STACK else None  # the outermost handler: one model run
+    if held is not None:
+        owner, tensor, put_in = _PUT.get(fullname, _NOBODY)
+        if tensor() is not held:  # loaded, or set outside this library: the module takes the value
+            _take(fullname, own, held)
+        elif run is not None and put_in() is run and owner() not in (None, module):
+            raise ValueError(
+                f"two components named {fullname.split('.')[0]!r} in one model both read {fullname!r}: "
+                f"give each its own name (name=...)")
+        store._param_to_name.pop(held, None)
+    store._params[fullname] = own
+    store._param_to_name[own] = fullname
+    store._constraints[fullname] = constraint
+    _PUT[fullname] = (weakref.ref(module), weakref.ref(own), _NOBODY[0] if run is None else weakref.ref(run))
+
+
+def _take(fullname, own, held):
+    if held.shape != own.shape:
+        raise ValueError(
+            f"Pyro's param store holds {fullname!r} with shape {tuple(held.shape)}, but this component's has "
+            f"shape {tuple(own.shape)}: build the component as the one whose parameters were saved, or call "
+            f"pyro.clear_param_store() before building it")
+    with torch.no_grad():
+        own.copy_(held)  # in place: an optimiser that holds ``own`` keeps training it
+
+
+def owned(module):
     """Give every submodule of a PyroModule (a network converted by ``to_pyro_module_``) the
-    reads of :class:`ModuleLocal`, in place."""
+    reads of :class:`Owned`, in place."""
     for m in module.modules():
-        if not isinstance(m, ModuleLocal):
-            m.__class__ = _local_class(type(m))
+        if not isinstance(m, Owned):
+            m.__class__ = _owned_class(type(m))
     return module
 
 
 @functools.cache
-def _local_class(cls):
-    return type(cls.__name__, (ModuleLocal, cls), {})
+def _owned_class(cls):
+    return type(cls.__name__, (Owned, cls), {})
 
 
-class Parameterized(_adapt.Adapted, ModuleLocal, PyroModule):
-    """A :class:`~pyro.nn.PyroModule` that owns its parameters (:class:`ModuleLocal`), with a
+class Parameterized(_adapt.Adapted, Owned, PyroModule):
+    """A :class:`~pyro.nn.PyroModule` that owns its parameters (:class:`Owned`), with a
     helper to declare constrained parameters."""
 
     _adapted = {}  # core class -> Pyro class, filled by adapt()
