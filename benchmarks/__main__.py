@@ -17,6 +17,7 @@ SUITES = {
     "export": "benchmarks.export",
     "harmonic": "benchmarks.harmonic",
     "qsgp": "benchmarks.qsgp",
+    "steps": "benchmarks.steps",
 }
 ON_GPU = {"peers", "harmonic"}  # the suites whose runners place their tensors (harness.tensor)
 

@@ -224,7 +224,7 @@ class FitSteps:
 
 def traced_params(fn, *args):
     """Run ``fn(*args)``; the Pyro parameters it read, ``{name: unconstrained tensor}`` sorted by
-    name (library modules hold their own values, outside Pyro's param store)."""
+    name (a library module's own tensors, which Pyro's param store mirrors)."""
     from pyro import poutine
 
     with poutine.trace(param_only=True) as capture:
@@ -279,6 +279,35 @@ def inducing_inputs(X, num_inducing, seed=0):
     if not 0 < num_inducing <= len(X):
         raise ValueError(f"num_inducing must be in 1..{len(X)}, got {num_inducing}")
     return X[np.random.default_rng(seed).choice(len(X), num_inducing, replace=False)]
+
+
+def exact_gp_hyperparameters(X, y, num_points=1000, seed=0):
+    """Empirical Bayes on an exact GP (squared exponential with one lengthscale per input,
+    Gaussian noise) fitted to ``num_points`` random rows (L-BFGS on the log marginal likelihood,
+    float64): ``(lengthscales (D,), variance, noise)``, the initial values Evans and Nair (2020,
+    Sec. 4) give every model they compare."""
+    import torch
+
+    rows = np.random.default_rng(seed).choice(len(X), min(num_points, len(X)), replace=False)
+    Xs, ys = torch.as_tensor(X[rows], dtype=torch.float64), torch.as_tensor(y[rows], dtype=torch.float64)
+    log_ls = torch.zeros(X.shape[1], dtype=torch.float64, requires_grad=True)
+    log_var = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    log_noise = torch.tensor(np.log(0.1), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([log_ls, log_var, log_noise], max_iter=200, line_search_fn="strong_wolfe")
+
+    def nll():
+        opt.zero_grad()
+        Xl = Xs / log_ls.exp()
+        r2 = ((Xl[:, None, :] - Xl[None, :, :]) ** 2).sum(-1)
+        K = log_var.exp() * torch.exp(-0.5 * r2) + (log_noise.exp() + 1e-6) * torch.eye(len(Xs), dtype=torch.float64)
+        L = torch.linalg.cholesky(K)
+        alpha = torch.cholesky_solve(ys[:, None], L)
+        value = 0.5 * (ys[:, None] * alpha).sum() + L.diagonal().log().sum()
+        value.backward()
+        return value
+
+    opt.step(nll)
+    return log_ls.detach().exp().numpy(), float(log_var.detach().exp()), float(log_noise.detach().exp())
 
 
 def synthetic_uci(name, seed=0):

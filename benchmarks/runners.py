@@ -246,7 +246,93 @@ class ContribGP(Runner):
         return mean.double().cpu().numpy(), var.double().cpu().numpy()
 
 
-RUNNERS = {runner.key: runner for runner in (OursPyro, OursNumPyro, GPyTorch, ContribGP)}
+class OursPyroSVI(Runner):
+    """Ours as a Pyro user writes it: an ``SVGP`` component in their own model (its noise a
+    ``pyro.param``), ``pyro.infer.SVI`` with ``pyro.optim.Adam`` and ``Trace_ELBO``, the minibatch
+    passed to the model with a subsampling plate."""
+
+    name = "ours (Pyro, SVI)"
+    key = "ours_pyro_svi"
+
+    def __init__(self, X, y, Z, batch_size, lr, seed=0):
+        import pyro
+        import torch
+        from torch.distributions import constraints
+
+        import pyro_sparsegp as psg
+
+        from .harness import minibatches, tensor
+
+        self.X, self.y = tensor(X), tensor(y)
+        kernel = psg.RBF(lengthscale=torch.full((X.shape[1],), LENGTHSCALE, device=self.X.device), variance=VARIANCE)
+        self.gp = gp = psg.SVGP(kernel, tensor(Z), name="svi_gp")  # beside ``ours (Pyro)``'s "gp"
+        num_data = len(X)
+
+        def model(X, y):
+            noise = pyro.param("svi_noise", torch.tensor(NOISE, device=X.device), constraint=constraints.positive)
+            data = pyro.plate("data", num_data, subsample_size=len(X))
+            f = gp.model(X, data)
+            with data:
+                pyro.sample("y", pyro.distributions.Normal(f, noise.sqrt()), obs=y)
+
+        def guide(X, y):
+            gp.guide(X, pyro.plate("data", num_data, subsample_size=len(X)))
+
+        self.svi = pyro.infer.SVI(model, guide, pyro.optim.Adam({"lr": lr}), pyro.infer.Trace_ELBO())
+        self.batches = minibatches(num_data, batch_size, seed)
+
+    def step(self):
+        import torch
+
+        idx = torch.as_tensor(next(self.batches), device=self.X.device)
+        return self.svi.step(self.X[idx], self.y[idx])
+
+
+class OursNumPyroSVI(Runner):
+    """Ours as a NumPyro user writes it: the model of :class:`OursPyroSVI` with ``numpyro.infer.SVI``
+    and ``numpyro.optim.Adam``, ``SVI.update`` compiled by ``jax.jit``, the minibatch sliced on the
+    host each step."""
+
+    name = "ours (NumPyro, SVI)"
+    key = "ours_numpyro_svi"
+
+    def __init__(self, X, y, Z, batch_size, lr, seed=0):
+        import jax
+        import jax.numpy as jnp
+        import numpyro
+
+        import numpyro_sparsegp as nsg
+
+        from .harness import minibatches
+
+        self.X, self.y = np.asarray(X, dtype=np.float32), np.asarray(y, dtype=np.float32)
+        kernel = nsg.RBF(lengthscale=jnp.full((X.shape[1],), LENGTHSCALE, dtype=jnp.float32), variance=VARIANCE)
+        gp = nsg.SVGP(kernel, jnp.asarray(Z, dtype=jnp.float32))
+        num_data = len(X)
+
+        def model(X, y):
+            noise = numpyro.param("noise", jnp.float32(NOISE), constraint=numpyro.distributions.constraints.positive)
+            data = numpyro.plate("data", num_data, subsample_size=len(X))
+            f = gp.model(X, data)
+            with data:
+                numpyro.sample("y", numpyro.distributions.Normal(f, jnp.sqrt(noise)), obs=y)
+
+        def guide(X, y):
+            gp.guide(X, numpyro.plate("data", num_data, subsample_size=len(X)))
+
+        svi = numpyro.infer.SVI(model, guide, numpyro.optim.Adam(lr), numpyro.infer.Trace_ELBO())
+        self.batches = minibatches(num_data, batch_size, seed)
+        idx = next(self.batches)
+        self.state = svi.init(jax.random.PRNGKey(seed), self.X[idx], self.y[idx])
+        self.update = jax.jit(svi.update)
+
+    def step(self):
+        idx = next(self.batches)
+        self.state, loss = self.update(self.state, self.X[idx], self.y[idx])
+        return float(loss)
+
+
+RUNNERS = {runner.key: runner for runner in (OursPyro, OursNumPyro, GPyTorch, ContribGP, OursPyroSVI, OursNumPyroSVI)}
 
 
 def build(keys, X, y, Z, batch_size, lr=0.01, seed=0):

@@ -20,8 +20,10 @@ def inside(name):
 
 
 @contextlib.contextmanager
-def bound(*objects):
-    """The objects with their parameters read from ``numpyro.param`` sites (``bind()``)."""
+def bound(*objects, hyperpriors=False):
+    """The objects with their parameters read from ``numpyro.param`` sites (``bind()``);
+    ``hyperpriors`` changes nothing here (a NumPyro user substitutes a draw of their own model for
+    a parameter)."""
     yield tuple(obj.bind() for obj in objects)
 
 

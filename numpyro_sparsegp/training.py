@@ -116,8 +116,8 @@ class _Grouped(numpyro.optim._NumPyroOptim):
             cls = options.pop("optimizer", self.optimizer)
             for name in names:
                 self.check(name, cls, options)
-            decay = options.pop("weight_decay", 0.0)
-            self.groups.append((names, decay, cls(_step_size(lr, self.lr_schedule), **options)))
+            decay, schedule = options.pop("weight_decay", 0.0), options.pop("lr_schedule", self.lr_schedule)
+            self.groups.append((names, decay, cls(_step_size(lr, schedule), **options)))
         states = tuple(optim.init({n: params[n] for n in names}) for names, _, optim in self.groups)
         return jnp.array(0), states, jnp.zeros((), jnp.result_type(float))
 

@@ -24,7 +24,9 @@ from .sites import active  # noqa: F401  (importable from here, as before)
 
 CONSTRAINTS = {"real": constraints.real, "positive": constraints.positive, "lower_cholesky": constraints.lower_cholesky}
 
-_PUT = {}  # name -> weak references to (the module, the tensor) this library last put in the store
+# name -> weak references to (the module, its tensor, the outermost handler of that read) of the
+# library's last entry in the store under the name
+_PUT = {}
 _NOBODY = (lambda: None, lambda: None, lambda: None)
 
 
@@ -49,14 +51,26 @@ class Owned:
             return _read(self, name, name, constraints.real, None)
         return super().__getattr__(name)
 
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if (name in self.__dict__.get("_pyro_params", ()) or name in self.__dict__.get("_parameters", ())) \
+                and self._pyro_context.active:
+            self._pyro_context.cache.pop(self._pyro_get_fullname(name), None)  # a new value: read it again
+
 
 def _read(module, name, attribute, constraint, event_dim):
+    """One ``param`` site per parameter and module context: later reads in the same context (a
+    model or guide call, a prediction) return the same value."""
     fullname = module._pyro_get_fullname(name)
-    own = module._parameters[attribute]
-    store = pyro.get_param_store()
-    if store._params.get(fullname) is not own:
-        _settle(store, module, fullname, own, constraint)
-    return pyro.param(fullname, constraint=constraint, event_dim=event_dim)
+    cache = module._pyro_context.cache
+    value = cache.get(fullname)
+    if value is None:
+        own = module._parameters[attribute]
+        store = pyro.get_param_store()
+        if store._params.get(fullname) is not own:
+            _settle(store, module, fullname, own, constraint)
+        value = cache[fullname] = pyro.param(fullname, constraint=constraint, event_dim=event_dim)
+    return value
 
 
 def _settle(store, module, fullname, own, constraint):

@@ -59,6 +59,10 @@ def _key(seed, like):
 def _evaluate(prior, params, fn):
     with poutine.trace(param_only=True) as capture, _evaluating(prior, params):
         result = fn(prior)
+        for module in prior.modules():  # every parameter, also those ``fn`` did not need
+            for name in [*getattr(module, "_pyro_params", ()), *dict(module.named_parameters(recurse=False))]:
+                if not name.endswith("_unconstrained"):
+                    getattr(module, name)
     # copies: an unconstrained parameter's value is the tensor the optimiser updates in place
     return result, {name: site["value"].detach().clone() for name, site in capture.trace.nodes.items()}
 

@@ -29,9 +29,16 @@ def active(*modules):
 
 
 @contextlib.contextmanager
-def bound(*modules):
-    """The modules with their parameters registered and readable (:func:`active`)."""
+def bound(*modules, hyperpriors=False):
+    """The modules with their parameters registered and readable (:func:`active`). With
+    ``hyperpriors``, their ``PyroSample`` attributes are drawn here, outside the data plate the
+    caller enters next (a component whose model reads its kernel only inside the plate, as a
+    whitened prior variance does, would otherwise draw a hyperparameter per data point)."""
     with active(*modules):
+        for module in modules if hyperpriors else ():
+            for part in module.modules():
+                for name in part.__dict__.get("_pyro_samples", ()):
+                    getattr(part, name)
         yield modules
 
 

@@ -24,16 +24,17 @@ class _Trainer(Trainer):
         self.names, self.values, self.constraints = _capture_params(self.loss_fn, model, guide, _batch(self.data, plan, 0),
                                                                     kwargs)
         by_name = dict(zip(self.names, self.values))
-        by_class = {}
+        by_class, schedules = {}, {}
         for group, group_lr, options in split_param_groups(self.names, param_groups, lr):
             options = dict(options)
             cls = options.pop("optimizer", None) or optimizer or torch.optim.Adam
+            schedules.setdefault(cls, []).append(options.pop("lr_schedule", lr_schedule))
             for name in group:
                 getattr(loss, "check_optimiser", lambda *_: None)(name, cls, options)
             by_class.setdefault(cls, []).append({"params": [by_name[n] for n in group], "lr": group_lr, **options})
         self.opts = [cls(groups, lr=lr) for cls, groups in by_class.items()]
-        self.schedules = [] if lr_schedule is None else [torch.optim.lr_scheduler.LambdaLR(opt, lr_schedule)
-                                                         for opt in self.opts]
+        self.schedules = [torch.optim.lr_scheduler.LambdaLR(opt, [s or _constant for s in schedules[cls]])
+                          for cls, opt in zip(by_class, self.opts) if any(schedules[cls])]
 
     def step(self, i):
         for opt in self.opts:
@@ -86,6 +87,10 @@ fit = make_fit(
          "            ``loss(model, guide, *args, **kwargs) -> tensor``.",
     optimizer="a ``torch.optim.Optimizer`` class (``torch.optim.Adam`` by default).",
 )
+
+
+def _constant(step):
+    return 1.0
 
 
 def _loss_fn(loss):

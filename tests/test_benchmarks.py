@@ -60,6 +60,21 @@ def test_peers_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_steps_quick(tmp_path):
+    stdout, rows = run_suite("steps", tmp_path)
+    lines = table_lines(stdout)
+    assert lines[0].startswith("| M | ours (Pyro) | ours (Pyro, SVI) | ours (NumPyro, jit) | ours (NumPyro, SVI) | GPyTorch "
+                               "| floor |")
+    assert len(lines) == 2 + len(rows) and len(rows) >= 1
+    for row in rows:
+        check_meta(row, "steps")
+        for key in ("ours_pyro", "ours_pyro_svi", "ours_numpyro", "ours_numpyro_svi"):
+            assert row[f"ratio_{key}"] == pytest.approx(row["seconds_gpytorch"] / row[f"seconds_{key}"])
+            assert row[f"floor_ratio_{key}"] == pytest.approx(row[f"seconds_{key}"] / row["seconds_floor"])
+        assert all(len(row[f"blocks_{key}"]) == row["repeats"] for key in ("floor", "gpytorch"))
+
+
+@pytest.mark.slow
 def test_accuracy_quick(tmp_path):
     stdout, rows = run_suite("accuracy", tmp_path)
     lines = table_lines(stdout)

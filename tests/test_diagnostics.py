@@ -42,7 +42,7 @@ def test_gp_model_export(backend, fitted):
     f = idata.posterior["gp.f"].values
     noise = float(backend.numpy(result.params["likelihood.variance"]))
     expected = stats.norm.logpdf(backend.numpy(y), f, np.sqrt(noise))
-    np.testing.assert_allclose(idata.log_likelihood["y"].values, expected, rtol=1e-10)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, expected, rtol=1e-10, atol=1e-14)
 
     # the f draws are draws of q(f_n); y draws add the noise
     mean, var = (backend.numpy(a) for a in model.predict_f(X, params=result.params))
@@ -68,7 +68,7 @@ def test_user_model_export(backend, fitted):
     assert set(idata.posterior.data_vars) == {"gp.u", "gp.f"}
     assert idata.log_likelihood["y"].dims == ("chain", "draw", "data")
     expected = stats.norm.logpdf(backend.numpy(y), idata.posterior["gp.f"].values, np.sqrt(NOISE))
-    np.testing.assert_allclose(idata.log_likelihood["y"].values, expected, rtol=1e-10)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values, expected, rtol=1e-10, atol=1e-14)
     again = backend.lib.to_inference_data(user_model, user_guide, (X, y), num_samples=40, num_chains=2, seed=1, result=result)
     np.testing.assert_array_equal(again.posterior["gp.f"].values, idata.posterior["gp.f"].values)
 

@@ -74,8 +74,8 @@ def same_steps(name, optimizer=None, **options):
     backend = BACKENDS[name]()
     backend.reset()
     model, X, y = problem(backend, num_data=N)
-    result = backend.lib.fit(model.model, model.guide, (X, y), num_steps=15, batch_size=20, progress=False,
-                             **options, **({} if optimizer is None else {"optimizer": optimizer}))
+    options = {"num_steps": 15, **options, **({} if optimizer is None else {"optimizer": optimizer})}
+    result = backend.lib.fit(model.model, model.guide, (X, y), batch_size=20, progress=False, **options)
     return {**{f"loss {i}": v for i, v in enumerate(result.losses)}, **params_np(backend, result.params)}
 
 
@@ -183,12 +183,19 @@ def test_param_groups_can_have_their_own_optimiser(backend, tmp_path):
 
 
 def test_backends_take_the_same_steps_with_param_groups():
-    """The groups (their lr, weight decay and schedule) mean the same in both backends (the
-    trajectories compared as in test_backends_take_the_same_steps)."""
-    groups = [{"params": ["gp.kernel.*", "likelihood.*"], "lr": 0.03, "weight_decay": 0.1}, {"params": "gp.q_*", "lr": 0.002}]
+    """The groups (their lr, weight decay and schedules) mean the same in both backends (the
+    trajectories compared as in test_backends_take_the_same_steps); a group's own schedule holds
+    the kernel for the first 5 steps."""
+    groups = [{"params": "gp.kernel.*", "lr": 0.03, "weight_decay": 0.1, "lr_schedule": lambda t: (t >= 5) * 1.0},
+              {"params": "likelihood.*", "lr": 0.03}, {"params": "gp.q_*", "lr": 0.002}]
     options = dict(lr=0.01, lr_schedule=lambda t: 0.95**t, param_groups=groups)
     pyro, numpyro = same_steps("pyro", **options), same_steps("numpyro", **options)
     assert_same_trajectory(pyro, numpyro, spread(lambda optimizer: same_steps("pyro", optimizer, **options), pyro))
+    for name in ("pyro", "numpyro"):
+        held = same_steps(name, num_steps=5, **options)
+        initial = same_steps(name, num_steps=5, lr=0.0)
+        np.testing.assert_array_equal(held["gp.kernel.lengthscale"], initial["gp.kernel.lengthscale"])
+        assert not np.allclose(held["likelihood.variance"], initial["likelihood.variance"])
 
 
 @pytest.mark.parametrize("user", [False, True])

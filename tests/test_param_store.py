@@ -14,6 +14,7 @@ import pytest
 import torch
 from pyro import poutine
 from pyro.infer.autoguide import AutoNormal
+from pyro.nn import PyroSample
 
 import pyro_sparsegp as psg
 from pyro_sparsegp.sites import active
@@ -182,3 +183,24 @@ def test_two_components_with_one_name_in_one_model_are_an_error():
         poutine.trace(additive(first, regression(lengthscale=2.0).prior)).get_trace(X, y)
     trace = poutine.trace(additive(first, regression(name="gp2").prior)).get_trace(X, y)
     assert {"gp.u", "gp2.u"} <= set(trace.nodes)
+
+
+def test_a_hyperprior_is_drawn_once_outside_the_data_plate():
+    """A ``PyroSample`` lengthscale of a whitened component (whose model reads the kernel only
+    inside the plate) is one global draw in the component's model and guide and in ``GPModel``."""
+    X, y = data()
+    gp = regression().prior
+    gp.kernel.lengthscale = PyroSample(dist.LogNormal(0.0, 1.0).expand([1]).to_event(1))
+
+    def model(X, y):
+        data = pyro.plate("data", len(X), subsample_size=40)
+        f = gp.model(X, data)
+        with data as idx:
+            pyro.sample("y", dist.Normal(f, 0.1), obs=y[idx])
+
+    def guide(X, y):
+        gp.guide(X, pyro.plate("data", len(X), subsample_size=40))
+
+    for fn in (model, guide, psg.GPModel(gp, psg.Gaussian(variance=0.1), num_data=len(X)).model):
+        site = poutine.trace(fn).get_trace(X, y).nodes["gp.kernel.lengthscale"]
+        assert site["value"].shape == (1,) and not site["cond_indep_stack"]

@@ -319,7 +319,9 @@ PARAM_GROUPS_DOC = """param_groups: optional list of dicts, each giving some par
             a list of names/patterns, or a predicate ``name -> bool``; a parameter belongs to the
             first group that selects it, and the parameters of no group keep ``lr`` and the
             default options. ``"lr"`` is the group's learning rate (default ``lr``; ``lr_schedule``
-            multiplies it too). ``"weight_decay"`` adds ``weight_decay * value`` to the gradient of
+            multiplies it too) and ``"lr_schedule"`` its own ``step -> multiplier`` in place of
+            ``lr_schedule`` (e.g. ``lambda t: (t >= 1000) * 1.0`` holds the group's
+            parameters for the first 1,000 steps). ``"weight_decay"`` adds ``weight_decay * value`` to the gradient of
             the group's (unconstrained) parameters, as torch's ``Adam`` and ``SGD`` do.
             ``"optimizer"`` is the group's optimiser class (default ``optimizer``), e.g. AdaGrad
             for some parameters beside Adam for the rest. Other keys are keyword arguments of the
@@ -346,8 +348,9 @@ def split_param_groups(names, groups, lr):
         if not chosen:
             raise ValueError(f"param_groups[{i}] ({group['params']!r}) selects no parameter left; parameters: {list(names)}")
         remaining = [n for n in remaining if n not in chosen]
-        if "optimizer" in group and not callable(group["optimizer"]):
-            raise TypeError(f"param_groups[{i}]['optimizer'] must be an optimiser class, got {group['optimizer']!r}")
+        for key, what in (("optimizer", "an optimiser class"), ("lr_schedule", "a function step -> multiplier")):
+            if key in group and not callable(group[key]):
+                raise TypeError(f"param_groups[{i}][{key!r}] must be {what}, got {group[key]!r}")
         options = {k: v for k, v in group.items() if k not in ("params", "lr")}
         out.append((chosen, group.get("lr", lr), options))
     if remaining:

@@ -65,7 +65,7 @@ class GPModel(Documented):
         """Args: X ``(N, D)``; y ``(N,)`` or None to sample; subsample_size: minibatch size.
         Returns the observations (sampled or ``y``) of the batch."""
         X, y = self._data(X, y, values=False)
-        with self._sites.bound(self.prior, self.likelihood) as (prior, likelihood):
+        with self._sites.bound(self.prior, self.likelihood, hyperpriors=True) as (prior, likelihood):
             posterior, u = prior.sample_global_sites(prior.posterior(), guide=False)
             with self._plate(X, subsample_size) as select:
                 return self._observe(prior, likelihood, posterior, u, *self._batch(select(X), select(y)))

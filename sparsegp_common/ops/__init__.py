@@ -7,6 +7,7 @@ The formulas of the core take ``xp = namespace(*arrays)`` (``jax.numpy``, or the
 ``normal``, ``check_dtype``) and, where a library has one, a fused kernel (``se_matvec``). The choice follows the arrays passed, never a process-wide switch, so both
 packages work in one process.
 """
+import functools
 import importlib
 import numbers
 
@@ -25,7 +26,11 @@ def namespace(*arrays):
 
 def backend(*arrays):
     """The per-library operations for ``arrays``: ``sparsegp_common.ops._torch``, ``_jax`` or ``_numpy``."""
-    xp = namespace(*arrays)
+    return _operations(namespace(*arrays))
+
+
+@functools.cache  # once per namespace, not an import lookup per call
+def _operations(xp):
     for library, module in _MODULES.items():
         if getattr(array_api_compat, f"is_{library}_namespace")(xp):
             return importlib.import_module(f"{__name__}.{module}")

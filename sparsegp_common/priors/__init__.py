@@ -169,7 +169,8 @@ class GPPrior:
                 "the data plate and pass the plate object as `plate=` (u is global)"
             )
         with rows(plate, X.shape[0]) as select:
-            yield select(X)
+            Xb = select(X)  # only the rows a step uses are checked: O(batch), not O(N), per step
+            yield self._checks.finite(Xb, "X" if Xb.shape[0] == X.shape[0] else "X's minibatch")
 
     def model(self, X, plate=None):
         """Prior sites of this component; returns ``f`` at the inputs the plate selects.
@@ -183,8 +184,8 @@ class GPPrior:
         Returns:
             ``f`` of shape ``(B,)`` (``(B, L)`` with L latent functions), B the batch size.
         """
-        X = self._checks.inputs(X, "X", self.input_dim, like=self.first_parameter())
-        with self._sites.bound(self) as (prior,):
+        X = self._checks.inputs(X, "X", self.input_dim, values=False, like=self.first_parameter())
+        with self._sites.bound(self, hyperpriors=True) as (prior,):  # drawn outside the data plate
             prior.sample_global_sites(prior.posterior(), guide=False)
             with prior._data(X, plate) as Xb:
                 var = prior.prior_variance(Xb)
@@ -192,8 +193,8 @@ class GPPrior:
 
     def guide(self, X, plate=None):
         """Variational sites of this component (same arguments as :meth:`model`); returns ``f``."""
-        X = self._checks.inputs(X, "X", self.input_dim, like=self.first_parameter())
-        with self._sites.bound(self) as (prior,):
+        X = self._checks.inputs(X, "X", self.input_dim, values=False, like=self.first_parameter())
+        with self._sites.bound(self, hyperpriors=True) as (prior,):  # drawn outside the data plate
             posterior, _ = prior.sample_global_sites(prior.posterior(), guide=True)
             with prior._data(X, plate) as Xb:
                 return self._sites.sample(f"{self.name}.f", prior._f_dist(*posterior.marginals(Xb)))

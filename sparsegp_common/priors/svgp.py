@@ -57,8 +57,7 @@ class SVGP(GPPrior):
         Luu = self.posterior_factor()
         if Luu is not None:
             check_batch(Luu.shape[:-2], self.component_shape, self.latent_shape, "Kuu")
-        Luu = self.strategy.prior_factor(Luu)
-        Luu = None if Luu is None else backend(Luu).stop_gradient(Luu)
+        Luu = None if Luu is None or self.strategy.whiten else backend(Luu).stop_gradient(Luu)
         q_mu, q_sqrt = self.family.initial(features.num_inducing, batch_shape, like, Luu)
         self._param("q_mu", q_mu)
         self._param("q_sqrt", q_sqrt, self.family.q_sqrt_constraint)
@@ -103,12 +102,18 @@ class SVGPPosterior:
     def Luu(self):
         return _factor(self, self.features, self.kernel)
 
+    @property
+    def prior_Luu(self):
+        """The factor of the prior of q's variable: None for ``N(0, I)`` (whitened: ``Luu`` is not
+        evaluated, so a model that only scores the prior factorises nothing), else ``Luu``."""
+        return None if self.strategy.whiten else self.Luu
+
     def kl(self):
-        return self.q.kl(self.strategy.prior_factor(self.Luu))
+        return self.q.kl(self.prior_Luu)
 
     def _whitened(self, B):
         """``Luu^{-1} B`` for the prior's factor (``B`` itself when whitened): ``(..., M, K)``."""
-        Luu = self.strategy.prior_factor(self.Luu)
+        Luu = self.prior_Luu
         return B if Luu is None else solve_lower(Luu, B)
 
     def cross_kl(self, cross):
@@ -123,7 +128,7 @@ class SVGPPosterior:
         return namespace(d).sum(mu * d + 0.5 * d**2, axis=tuple(range(-self.q_mu.ndim, 0)))
 
     def prior_u(self):
-        return variational.prior_distribution(self.dist, self.q_mu, self.strategy.prior_factor(self.Luu))
+        return variational.prior_distribution(self.dist, self.q_mu, self.prior_Luu)
 
     def q_u(self, shift=None, cross=None):
         """``q(u)`` (of ``v`` when whitened); with ``shift``, its mean moved (``sample_shape +

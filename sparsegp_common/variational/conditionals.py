@@ -129,9 +129,6 @@ class Whitened:
 
     whiten = True
 
-    def prior_factor(self, Luu):
-        return None
-
     def update(self, Kuf, Luu, q, full_cov=False, cross=None):
         return update(Kuf, Luu, q, whiten=self.whiten, full_cov=full_cov, cross=cross)
 
@@ -140,9 +137,6 @@ class Unwhitened(Whitened):
     """q over ``u`` itself, prior ``N(0, Kuu)``."""
 
     whiten = False
-
-    def prior_factor(self, Luu):
-        return Luu
 
 
 class WeightSpace(Whitened):

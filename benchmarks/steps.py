@@ -1,0 +1,95 @@
+"""Suite ``steps``: seconds per SVI step of our SVGP through ``fit`` and through the plain SVI
+path of a user's model (an ``SVGP`` component, ``pyro.infer.SVI`` / ``numpyro.infer.SVI``), in
+both backends, beside GPyTorch's SVGP and the floor, all in one run.
+
+The problem and the peers are those of the ``peers`` suite (kin40k split 0, minibatch 1024,
+float32, 2 threads, SE-ARD, whitened full-covariance ``q(u)``; :mod:`benchmarks.runners`). The
+floor is the arithmetic no SVGP step avoids: the Cholesky factor of ``Kuu`` and one triangular
+solve with ``Kuf`` (``M x batch``), forward and backward, in torch at the same sizes. Timed blocks
+alternate (:func:`~benchmarks.harness.time_steps`); figures are medians over blocks.
+"""
+import numpy as np
+
+from . import harness, runners
+
+DATASET = "kin40k"
+ORDER = ("ours_pyro", "ours_pyro_svi", "ours_numpyro", "ours_numpyro_svi", "gpytorch")
+OURS = tuple(key for key in ORDER if key != "gpytorch")
+
+
+def settings(quick):
+    if harness.tiny():
+        return {"sizes": (64,), "batch": 256, "repeats": 2, "block_seconds": 0.05, "warmup": 2}
+    if quick:
+        return {"sizes": (256,), "batch": 1024, "repeats": 3, "block_seconds": 0.3, "warmup": 2}
+    return {"sizes": (256, 4096), "batch": 1024, "repeats": 7, "block_seconds": 1.0, "warmup": 2}
+
+
+COLUMNS = (
+    [("M", "M", "{}")]
+    + [(runners.RUNNERS[key].name, f"seconds_{key}", "{:.4f} s") for key in ORDER]
+    + [("floor", "seconds_floor", "{:.4f} s")]
+    + [(f"GPyTorch / {runners.RUNNERS[key].name}", f"ratio_{key}", "{:.2f}") for key in OURS]
+    + [(f"{runners.RUNNERS[key].name} / floor", f"floor_ratio_{key}", "{:.2f}") for key in OURS]
+)
+
+
+def title(rows):
+    row = rows[0]
+    return (
+        f"steps: median seconds per SVI step, {row['dataset']} (N = {row['num_data']}, D = {row['input_dim']}), "
+        f"batch {row['batch']}, {row['dtype']}, {row['device']}, {row['threads']} threads, medians of {row['repeats']} blocks"
+    )
+
+
+class Floor:
+    """``L = chol(Kuu)``, ``A = L^-1 Kuf`` and ``sum(A^2) + sum(log diag L)``, forward and backward
+    with respect to ``Kuu`` and ``Kuf`` (torch, float32): what any SVGP step computes at least."""
+
+    def __init__(self, X, Z, batch_size):
+        import torch
+
+        def se(A, B):  # unit lengthscales and variance, as the runners start
+            return np.exp(-0.5 * np.maximum((A**2).sum(-1)[:, None] + (B**2).sum(-1)[None, :] - 2 * A @ B.T, 0.0))
+
+        Kuu = se(Z, Z) + 1e-3 * np.eye(len(Z))  # jitter: float32 must factorise it
+        self.Kuu = torch.tensor(Kuu, dtype=torch.float32, requires_grad=True)
+        self.Kuf = torch.tensor(se(Z, X[:batch_size]), dtype=torch.float32, requires_grad=True)
+
+    def step(self):
+        import torch
+
+        L, _ = torch.linalg.cholesky_ex(self.Kuu)
+        A = torch.linalg.solve_triangular(L, self.Kuf, upper=False)
+        loss = A.square().sum() + L.diagonal().log().sum()
+        loss.backward()
+        self.Kuu.grad = self.Kuf.grad = None
+        return float(loss.detach())
+
+
+def run(quick):
+    """One row per M: each implementation's median seconds per step, the floor's, and the ratios."""
+    opts = settings(quick)
+    problem = harness.regression_problem(DATASET)
+    X, y = problem["X_train"], problem["y_train"]
+    rows = []
+    for M in opts["sizes"]:
+        Z = harness.inducing_inputs(X, M)
+        group = runners.build(ORDER, X, y, Z, opts["batch"])
+        steps = {key: runner.step for key, runner in group.items()}
+        steps["floor"] = Floor(X, Z, opts["batch"]).step
+        blocks = harness.time_steps(steps, opts["repeats"], opts["block_seconds"], opts["warmup"])
+        runners.close(group)
+        seconds = {key: harness.median(values) for key, values in blocks.items()}
+        row = {
+            "suite": "steps", "dataset": DATASET, "synthetic": problem["synthetic"], "num_data": len(X),
+            "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32", "device": harness.device_name(),
+            "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
+        }
+        for key in steps:
+            row[f"seconds_{key}"], row[f"blocks_{key}"] = seconds[key], blocks[key]
+        for key in OURS:
+            row[f"ratio_{key}"] = seconds["gpytorch"] / seconds[key]
+            row[f"floor_ratio_{key}"] = seconds[key] / seconds["floor"]
+        rows.append(row)
+    return rows

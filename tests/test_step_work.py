@@ -1,0 +1,59 @@
+"""The work of one SVI step, counted: a whitened SVGP factorises ``Kuu`` once per step (in the
+guide; the model scores ``u`` under ``N(0, I)`` and needs no factor), in a user's model as in
+``GPModel``; unwhitened, the model's prior and KL need it too."""
+import numpy as np
+import pytest
+
+from sparsegp_common.ops import backend as operations
+
+
+@pytest.fixture
+def factorisations(backend, monkeypatch):
+    """The number of Cholesky factorisations of the library's ``linalg.cholesky`` so far."""
+    ops = operations(backend.array(np.zeros(1)))
+    calls = []
+    original = ops.cholesky
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "cholesky", counted)
+    return calls
+
+
+def loss_call(backend, model, guide, args):
+    """A call without arguments of ``model``/``guide``'s ``Trace_ELBO`` loss, eager, its
+    parameters created."""
+    if backend.name == "pyro":
+        import pyro
+
+        def loss():
+            return pyro.infer.Trace_ELBO().differentiable_loss(model, guide, *args)
+
+        loss()
+        return loss
+    import jax
+    import numpyro
+
+    elbo = numpyro.infer.Trace_ELBO()
+    svi = numpyro.infer.SVI(model, guide, numpyro.optim.Adam(0.01), elbo)
+    params = svi.get_params(svi.init(jax.random.PRNGKey(0), *args))
+    return lambda: elbo.loss(jax.random.PRNGKey(1), params, model, guide, *args)
+
+
+@pytest.mark.parametrize("whiten, expected", [(True, 1), (False, 2)])
+def test_a_step_factorises_kuu_once_when_whitened(backend, factorisations, whiten, expected):
+    """One loss (model and guide): the user's model factorises as often as ``expected``;
+    ``GPModel``, which reads the prior once for both, once either way."""
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-2, 2, (30, 1)), rng.standard_normal(30)
+    args = backend.array(X), backend.array(y)
+    backend.reset()
+    gp = backend.svgp(X[:6].copy(), whiten=whiten)
+    gp_model = backend.lib.GPModel(gp, backend.lib.Gaussian(variance=0.1))
+    for (model, guide), count in ((backend.user_model(gp, 0.1), expected), ((gp_model.model, gp_model.guide), 1)):
+        loss = loss_call(backend, model, guide, args)
+        factorisations.clear()
+        loss()
+        assert len(factorisations) == count
