@@ -6,7 +6,8 @@ The problem and the peers are those of the ``peers`` suite (kin40k split 0, mini
 float32, 2 threads, SE-ARD, whitened full-covariance ``q(u)``; :mod:`benchmarks.runners`). The
 floor is the arithmetic no SVGP step avoids: the Cholesky factor of ``Kuu`` and one triangular
 solve with ``Kuf`` (``M x batch``), forward and backward, in torch at the same sizes. Timed blocks
-alternate (:func:`~benchmarks.harness.time_steps`); figures are medians over blocks.
+alternate (:func:`~benchmarks.harness.time_steps`); figures are medians over blocks. The Python
+function calls per step (``cProfile``, 5 steps) count the overhead whatever the machine's load.
 """
 import numpy as np
 
@@ -31,6 +32,7 @@ COLUMNS = (
     + [("floor", "seconds_floor", "{:.4f} s")]
     + [(f"GPyTorch / {runners.RUNNERS[key].name}", f"ratio_{key}", "{:.2f}") for key in OURS]
     + [(f"{runners.RUNNERS[key].name} / floor", f"floor_ratio_{key}", "{:.2f}") for key in OURS]
+    + [(f"Python calls, {runners.RUNNERS[key].name}", f"calls_{key}", "{:.0f}") for key in ORDER]
 )
 
 
@@ -67,6 +69,20 @@ class Floor:
         return float(loss.detach())
 
 
+def python_calls(step, count=5):
+    """Python function calls per step (``cProfile``'s count over ``count`` steps): the overhead
+    measured independently of the machine's load."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(count):
+        step()
+    profile.disable()
+    return pstats.Stats(profile).total_calls / count
+
+
 def run(quick):
     """One row per M: each implementation's median seconds per step, the floor's, and the ratios."""
     opts = settings(quick)
@@ -79,6 +95,7 @@ def run(quick):
         steps = {key: runner.step for key, runner in group.items()}
         steps["floor"] = Floor(X, Z, opts["batch"]).step
         blocks = harness.time_steps(steps, opts["repeats"], opts["block_seconds"], opts["warmup"])
+        calls = {key: python_calls(step) for key, step in steps.items()}
         runners.close(group)
         seconds = {key: harness.median(values) for key, values in blocks.items()}
         row = {
@@ -87,7 +104,7 @@ def run(quick):
             "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
         }
         for key in steps:
-            row[f"seconds_{key}"], row[f"blocks_{key}"] = seconds[key], blocks[key]
+            row[f"seconds_{key}"], row[f"blocks_{key}"], row[f"calls_{key}"] = seconds[key], blocks[key], calls[key]
         for key in OURS:
             row[f"ratio_{key}"] = seconds["gpytorch"] / seconds[key]
             row[f"floor_ratio_{key}"] = seconds[key] / seconds["floor"]
