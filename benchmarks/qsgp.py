@@ -64,7 +64,8 @@ def tables(rows):
         row = accuracy[0]
         out.append((f"qsgp accuracy: {row['dataset']}, Pyro, m = {row['m']} random Fourier features (ARD SE), "
                     f"num_basis {row['num_basis']}, control variates on {row['support']} rows, AdaGrad 0.1 (q) and Adam "
-                    f"0.01, batch {row['batch']}, {row['steps']} steps, {row['dtype']}, {row['threads']} threads; "
+                    f"{HYPER_LR:g} (held for the first tenth; SVGP: Adam 0.01), both decaying tenfold, from an exact GP's "
+                    f"hyperparameters, batch {row['batch']}, {row['steps']} steps, {row['dtype']}, {row['threads']} threads; "
                     "standardised target units",
                     [("model", "model", "{}"), ("RMSE", "rmse", "{:.4f}"), ("NLPD", "nlpd", "{:.4f}"),
                      ("seconds", "seconds", "{:.0f}")], accuracy))
