@@ -41,27 +41,9 @@ def title(rows):
 
 def run(quick):
     """One row per M with the median seconds per step of each implementation and the ratios."""
-    opts = settings(quick)
-    problem = harness.regression_problem(DATASET)
-    X, y = problem["X_train"], problem["y_train"]
-    rows = []
-    for M in opts["sizes"]:
-        Z = harness.inducing_inputs(X, M)
-        group = runners.build(ORDER, X, y, Z, opts["batch"])
-        blocks = harness.time_steps(
-            {key: runner.step for key, runner in group.items()}, opts["repeats"], opts["block_seconds"], opts["warmup"]
-        )
-        runners.close(group)
-        seconds = {key: harness.median(values) for key, values in blocks.items()}
-        row = {
-            "suite": "peers", "dataset": DATASET, "synthetic": problem["synthetic"], "num_data": len(X),
-            "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32", "device": harness.device_name(),
-            "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
-        }
+    rows = runners.timed_rows("peers", DATASET, ORDER, settings(quick))
+    for row in rows:
         for key in ORDER:
-            row[f"seconds_{key}"] = seconds[key]
-            row[f"blocks_{key}"] = blocks[key]
             if key != "gpytorch":
-                row[f"ratio_{key}"] = seconds["gpytorch"] / seconds[key]
-        rows.append(row)
+                row[f"ratio_{key}"] = row["seconds_gpytorch"] / row[f"seconds_{key}"]
     return rows

@@ -348,3 +348,37 @@ def build(keys, X, y, Z, batch_size, lr=0.01, seed=0):
 
     pyro.clear_param_store()
     return {key: RUNNERS[key](X, y, Z, batch_size, lr, seed) for key in keys}
+
+
+def timed_rows(suite, dataset, keys, opts, extra=None, measure=None):
+    """The runners ``keys`` side by side on ``dataset`` at each M of ``opts["sizes"]``, timed in
+    alternating blocks (:func:`~benchmarks.harness.time_steps`): one row per M with the problem,
+    ``seconds_<key>`` (median) and ``blocks_<key>`` of every step function.
+
+    Args:
+        extra: optional ``extra(X, Z, batch) -> {name: step}``, more step functions timed beside.
+        measure: optional ``measure(steps) -> {column: value}``, run on the step functions after
+            the timing (before the runners are closed).
+    """
+    from . import harness
+
+    problem = harness.regression_problem(dataset)
+    X, y = problem["X_train"], problem["y_train"]
+    rows = []
+    for M in opts["sizes"]:
+        Z = harness.inducing_inputs(X, M)
+        group = build(keys, X, y, Z, opts["batch"])
+        steps = {key: runner.step for key, runner in group.items()}
+        steps.update(extra(X, Z, opts["batch"]) if extra else {})
+        blocks = harness.time_steps(steps, opts["repeats"], opts["block_seconds"], opts["warmup"])
+        row = {
+            "suite": suite, "dataset": dataset, "synthetic": problem["synthetic"], "num_data": len(X),
+            "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32", "device": harness.device_name(),
+            "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
+            **(measure(steps) if measure else {}),
+        }
+        close(group)
+        for key, values in blocks.items():
+            row[f"seconds_{key}"], row[f"blocks_{key}"] = harness.median(values), values
+        rows.append(row)
+    return rows

@@ -85,28 +85,11 @@ def python_calls(step, count=5):
 
 def run(quick):
     """One row per M: each implementation's median seconds per step, the floor's, and the ratios."""
-    opts = settings(quick)
-    problem = harness.regression_problem(DATASET)
-    X, y = problem["X_train"], problem["y_train"]
-    rows = []
-    for M in opts["sizes"]:
-        Z = harness.inducing_inputs(X, M)
-        group = runners.build(ORDER, X, y, Z, opts["batch"])
-        steps = {key: runner.step for key, runner in group.items()}
-        steps["floor"] = Floor(X, Z, opts["batch"]).step
-        blocks = harness.time_steps(steps, opts["repeats"], opts["block_seconds"], opts["warmup"])
-        calls = {key: python_calls(step) for key, step in steps.items()}
-        runners.close(group)
-        seconds = {key: harness.median(values) for key, values in blocks.items()}
-        row = {
-            "suite": "steps", "dataset": DATASET, "synthetic": problem["synthetic"], "num_data": len(X),
-            "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32", "device": harness.device_name(),
-            "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
-        }
-        for key in steps:
-            row[f"seconds_{key}"], row[f"blocks_{key}"], row[f"calls_{key}"] = seconds[key], blocks[key], calls[key]
+    rows = runners.timed_rows(
+        "steps", DATASET, ORDER, settings(quick), extra=lambda X, Z, batch: {"floor": Floor(X, Z, batch).step},
+        measure=lambda steps: {f"calls_{key}": python_calls(step) for key, step in steps.items()})
+    for row in rows:
         for key in OURS:
-            row[f"ratio_{key}"] = seconds["gpytorch"] / seconds[key]
-            row[f"floor_ratio_{key}"] = seconds[key] / seconds["floor"]
-        rows.append(row)
+            row[f"ratio_{key}"] = row["seconds_gpytorch"] / row[f"seconds_{key}"]
+            row[f"floor_ratio_{key}"] = row[f"seconds_{key}"] / row["seconds_floor"]
     return rows
