@@ -18,38 +18,90 @@ __all__ = ["to_inference_data", "trace_floor"]
 
 
 def _draw(model, guide, data, num_samples, seed, params, kwargs, parallel):
-    model, guide = handlers.substitute(model, data=params or {}), handlers.substitute(guide, data=params or {})
-    key = jax.random.PRNGKey(seed)
-    guide_trace, model_trace = _traces(model, guide, data, kwargs, key)
-    plates = {(s["name"], *s["args"]) for t in (guide_trace, model_trace) for s in t.values() if s["type"] == "plate"}
-    plate = subsampling_plate(plates)
+    key, params = jax.random.PRNGKey(seed), params or {}
+    sites = _sites(model, guide, data, kwargs, key, params)
+    arrays, with_arrays = _split(data)
+    plate = subsampling_plate(sites.plates)
+    axes = {k: _axis(s, plate) for k, s in {**sites.latent, **sites.observed}.items()}
+    dims = {k: _dims(k, s) for k, s in {**sites.latent, **sites.observed}.items()}
+    outside = [k for k in sites.latent if axes[k] is None]
 
-    def draw(chunk, index, fixed):
-        key_guide, key_model, key_predictive = jax.random.split(jax.random.fold_in(key, chunk), 3)
-        index = {k: jnp.asarray(v) for k, v in index.items()}
-        m, g = handlers.substitute(model, data=index), handlers.substitute(guide, data=index)
-        samples = Predictive(g, posterior_samples=fixed, num_samples=None if fixed else num_samples,
+    # Two compiled programs, not hundreds of eager operations: one draws the sites outside the
+    # plate from the guide, the other everything else for a batch of rows given those draws (the
+    # parameters are arguments, not constants: no eager checks of their values while tracing).
+    @jax.jit
+    def fixed_draws(key, index, params, arrays):
+        guide_ = handlers.substitute(guide, data={**params, **index})
+        samples = Predictive(guide_, num_samples=num_samples, return_sites=outside,
+                             parallel=parallel)(key, *with_arrays(arrays), **kwargs)
+        return {k: samples[k] for k in outside}
+
+    @jax.jit
+    def batch_draws(key, index, fixed, params, arrays):
+        data = with_arrays(arrays)
+        key_guide, key_predictive = jax.random.split(key)
+        m, g = (handlers.substitute(f, data={**params, **index}) for f in (model, guide))
+        samples = Predictive(g, posterior_samples=fixed or None, num_samples=None if fixed else num_samples,
                              parallel=parallel)(key_guide, *data, **kwargs)
-        samples = {**(fixed or {}), **samples}
-        guide_trace, model_trace = _traces(m, g, data, kwargs, key_model, {k: v[0] for k, v in samples.items()})
-        latent = {k: s for k, s in guide_trace.items() if _sample(s) and not s["is_observed"]
-                  and not s["infer"].get("is_auxiliary")}
-        observed = {k: s for k, s in model_trace.items() if _sample(s) and s["is_observed"]}
-        axes = {k: _axis(s, plate) for k, s in {**latent, **observed}.items()}
-        predictive = Predictive(handlers.uncondition(m), posterior_samples=samples, return_sites=list(observed),
+        samples = {**fixed, **samples}
+        observed = list(sites.observed)
+        predictive = Predictive(handlers.uncondition(m), posterior_samples=samples, return_sites=observed,
                                 parallel=parallel)(key_predictive, *data, **kwargs) if observed else {}
         log_lik = log_likelihood(m, samples, *data, parallel=parallel, **kwargs) if observed else {}
-        return Draws(
-            {k: np.asarray(samples[k]) for k in latent},
-            {k: np.asarray(v) for k, v in log_lik.items() if k in observed},
-            {k: np.asarray(v) for k, v in predictive.items()},
-            {k: np.asarray(s["value"]) for k, s in observed.items()},
-            {k: _dims(k, s) for k, s in {**latent, **observed}.items()},
-            axes,
-            {k: samples[k] for k in latent if axes[k] is None},
-        )
+        values = _traces(m, g, data, kwargs, key, {k: v[0] for k, v in samples.items()})[1]
+        return ({k: samples[k] for k in sites.latent}, {k: log_lik[k] for k in observed},
+                {k: predictive[k] for k in observed}, {k: values[k]["value"] for k in observed})
+
+    def draw(chunk, index, fixed):
+        index = {k: jnp.asarray(v) for k, v in index.items()}
+        if fixed is None:
+            fixed = fixed_draws(key, index, params, arrays) if outside else {}
+        values = jax.device_get(batch_draws(jax.random.fold_in(key, chunk), index, fixed, params, arrays))
+        return Draws(*({k: np.asarray(v) for k, v in group.items()} for group in values), dims, axes, fixed)
 
     return full_data_draws(draw, plate)
+
+
+class _Sites:
+    """The sites of a model and guide pair, found by tracing them abstractly (nothing runs):
+    ``plates`` ``{(name, size, subsample_size)}``, the guide's ``latent`` and the model's
+    ``observed`` sample sites ``{name: site}`` (site values abstract: shapes only)."""
+
+    def __init__(self, guide_trace, model_trace):
+        self.plates = {(s["name"], *s["args"]) for t in (guide_trace, model_trace) for s in t.values()
+                       if s["type"] == "plate"}
+        self.latent = {k: s for k, s in guide_trace.items() if _sample(s) and not s["is_observed"]
+                       and not s["infer"].get("is_auxiliary")}
+        self.observed = {k: s for k, s in model_trace.items() if _sample(s) and s["is_observed"]}
+
+
+def _sites(model, guide, data, kwargs, key, params):
+    # the guide runs once first: an autoguide sets itself up on its first call (from what it sees,
+    # which must not be a tracer); then both are traced abstractly (nothing runs)
+    handlers.seed(handlers.substitute(guide, data=params), key)(*data, **kwargs)
+    arrays, with_arrays = _split(data)
+    found = []
+
+    def find(key, params, arrays):
+        model_, guide_ = (handlers.substitute(f, data=params) for f in (model, guide))
+        found.append(_Sites(*_traces(model_, guide_, with_arrays(arrays), kwargs, key)))
+
+    jax.eval_shape(find, key, params, arrays)
+    return found[0]
+
+
+def _split(data):
+    """``(arrays, with_arrays)``: the array arguments of ``data`` (the compiled programs' inputs)
+    and ``with_arrays(arrays)`` -> the arguments again, the others (numbers, None, ...) as given."""
+    where = [i for i, a in enumerate(data) if isinstance(a, (jax.Array, np.ndarray))]
+
+    def with_arrays(arrays):
+        full = list(data)
+        for i, a in zip(where, arrays):
+            full[i] = a
+        return tuple(full)
+
+    return [data[i] for i in where], with_arrays
 
 
 def _traces(model, guide, data, kwargs, key, values=None):

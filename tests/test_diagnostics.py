@@ -149,6 +149,35 @@ def test_export_draws_one_at_a_time_where_the_model_does_not_vectorise(backend, 
     assert set(serial.posterior.data_vars) == set(idata.posterior.data_vars)
 
 
+def test_export_takes_numbers_among_the_data(backend):
+    """A model argument that is a number (here the plate's subsample size and the group count)
+    stays a number: NumPyro compiles its draws with the arrays as inputs, the rest as given."""
+    ppl, D = backend.ppl, backend.ppl.distributions
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, (ROWS, 1))
+    g, y = rng.integers(0, GROUPS, ROWS), rng.standard_normal(ROWS)
+    gp = backend.svgp(X[:M].copy())
+
+    def model(X, g, y, num_groups, batch):
+        with ppl.plate("groups", num_groups):
+            effect = ppl.sample("effect", D.Normal(0.0, 1.0))
+        data = ppl.plate("data", len(X), subsample_size=batch)
+        f = gp.model(X, data)
+        with data as idx:
+            ppl.sample("y", D.Normal(f + effect[..., g[idx]], 0.5), obs=y[idx])
+
+    def guide(X, g, y, num_groups, batch):
+        gp.guide(X, ppl.plate("data", len(X), subsample_size=batch))
+        with ppl.plate("groups", num_groups):
+            ppl.sample("effect", D.Normal(backend.array(np.zeros(num_groups)), 0.1))
+
+    data = (backend.array(X), backend.array(g, dtype=np.int64), backend.array(y), GROUPS, BATCH)
+    idata = backend.lib.to_inference_data(model, guide, data, num_samples=6, num_chains=2)
+    assert idata.posterior["effect"].shape == (2, 3, GROUPS)
+    assert idata.log_likelihood["y"].shape == (2, 3, ROWS)
+    np.testing.assert_array_equal(idata.observed_data["y"].values, y)
+
+
 def test_both_backends_export_the_same_variables_and_dims():
     from backends import NumPyroBackend, PyroBackend
 

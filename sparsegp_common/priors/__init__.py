@@ -126,7 +126,7 @@ class GPPrior:
         raise NotImplementedError
 
     def _f_dist(self, mean, var):
-        d = self._dist.Normal(mean, namespace(var).sqrt(var))
+        d = self._dist.Normal(mean, namespace(var).sqrt(var), validate_args=False)  # valid by construction
         return (d if self.num_latent is None else d.to_event(1)).mask(False)
 
     def predict_f(self, X, full_cov=False, batch_size=4096, part="f", params=None):

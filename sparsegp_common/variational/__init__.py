@@ -54,7 +54,7 @@ class CholeskyGaussian:
 
     def distribution(self, dist):
         # event axes from q_sqrt: q_mu may carry leading sample axes (a mean moved per draw)
-        return dist.MultivariateNormal(self.q_mu, scale_tril=self.q_sqrt).to_event(self.q_sqrt.ndim - 2)
+        return dist.MultivariateNormal(self.q_mu, scale_tril=self.q_sqrt, validate_args=False).to_event(self.q_sqrt.ndim - 2)
 
 
 class DiagonalGaussian(CholeskyGaussian):
@@ -84,7 +84,7 @@ class DiagonalGaussian(CholeskyGaussian):
         return (P1 * (self.q_sqrt**2 - 1)) @ P2.mT  # S - I first: no cancellation near the prior
 
     def distribution(self, dist):
-        return dist.Normal(self.q_mu, self.q_sqrt).to_event(self.q_sqrt.ndim)
+        return dist.Normal(self.q_mu, self.q_sqrt, validate_args=False).to_event(self.q_sqrt.ndim)
 
 
 class PointMass(CholeskyGaussian):
@@ -105,13 +105,18 @@ def family(diagonal):
 
 def prior_distribution(dist, q_mu, Luu=None):
     """``p(u)``: ``N(0, I)`` when whitened (``Luu=None``), else ``N(0, Luu Luu^T)``; event shape
-    ``q_mu.shape``, as q's."""
+    ``q_mu.shape``, as q's.
+
+    The distributions of q and the prior are built unvalidated (``validate_args=False``): their
+    parameters are valid by construction (constrained parameters, a Cholesky factor), and the
+    PPLs' default checks would cost several operations and a device-to-host read each time,
+    every step (Pyro) or as eager compilations before the first (NumPyro)."""
     xp = namespace(q_mu)
     zeros = xp.zeros_like(q_mu)
     if Luu is None:
-        return dist.Normal(zeros, xp.ones_like(q_mu)).to_event(q_mu.ndim)
+        return dist.Normal(zeros, xp.ones_like(q_mu), validate_args=False).to_event(q_mu.ndim)
     scale_tril = xp.broadcast_to(Luu, tuple(q_mu.shape) + tuple(q_mu.shape[-1:]))
-    return dist.MultivariateNormal(zeros, scale_tril=scale_tril).to_event(q_mu.ndim - 1)
+    return dist.MultivariateNormal(zeros, scale_tril=scale_tril, validate_args=False).to_event(q_mu.ndim - 1)
 
 
 def _gaussian_kl(q, Luu):
