@@ -18,6 +18,7 @@ SUITES = {
     "harmonic": "benchmarks.harmonic",
     "qsgp": "benchmarks.qsgp",
     "steps": "benchmarks.steps",
+    "startup": "benchmarks.startup",
 }
 ON_GPU = {"peers", "harmonic"}  # the suites whose runners place their tensors (harness.tensor)
 

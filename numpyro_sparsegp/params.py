@@ -10,6 +10,7 @@ import contextvars
 import copy
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions
@@ -41,10 +42,10 @@ class _LowerCholeskyTransform(LowerCholeskyTransform):
     codomain = _LowerCholesky()
 
     def __call__(self, x):
-        return jnp.tril(x, -1) + _diag_embed(jnp.exp(jnp.diagonal(x, axis1=-2, axis2=-1)))
+        return _map_diagonal(x, jnp.exp)
 
     def _inverse(self, y):
-        return jnp.tril(y, -1) + _diag_embed(jnp.log(jnp.diagonal(y, axis1=-2, axis2=-1)))
+        return _map_diagonal(y, jnp.log)
 
     def log_abs_det_jacobian(self, x, y, intermediates=None):
         return jnp.diagonal(x, axis1=-2, axis2=-1).sum(-1)
@@ -56,8 +57,11 @@ class _LowerCholeskyTransform(LowerCholeskyTransform):
         return shape
 
 
-def _diag_embed(d):
-    return d[..., None] * jnp.eye(d.shape[-1], dtype=d.dtype)
+@functools.partial(jax.jit, static_argnums=1)  # one program, not eager operations, in SVI.init
+def _map_diagonal(x, fn):
+    """``x``'s strict lower triangle with ``fn`` of its diagonal on the diagonal."""
+    d = fn(jnp.diagonal(x, axis1=-2, axis2=-1))
+    return jnp.tril(x, -1) + d[..., None] * jnp.eye(d.shape[-1], dtype=d.dtype)
 
 
 _lower_cholesky = _LowerCholeskyTransform.codomain

@@ -6,6 +6,8 @@ import numpyro
 from numpyro import handlers
 from numpyro.primitives import _PYRO_STACK
 
+from .compiled import compiled  # noqa: F401 (eager formulas as one program)
+
 sample, factor, scale = numpyro.sample, numpyro.factor, handlers.scale
 
 

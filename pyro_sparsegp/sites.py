@@ -14,6 +14,11 @@ def plate(name, size, subsample_size=None, like=None):
     return pyro.plate(name, size, subsample_size=subsample_size, dim=-1, device=None if like is None else like.device)
 
 
+def compiled(fn, *args):
+    """``fn(*args)``: torch runs each operation as it comes (see the NumPyro version)."""
+    return fn(*args)
+
+
 def inside(name):
     """Whether the plate ``name`` is active."""
     return any(frame.name == name for frame in get_plates())

@@ -23,8 +23,8 @@ def factorisations(backend, monkeypatch):
 
 
 def loss_call(backend, model, guide, args):
-    """A call without arguments of ``model``/``guide``'s ``Trace_ELBO`` loss, eager, its
-    parameters created."""
+    """A call without arguments of ``model``/``guide``'s ``Trace_ELBO`` loss (Pyro: eager;
+    NumPyro: traced), its parameters created."""
     if backend.name == "pyro":
         import pyro
 
@@ -39,7 +39,8 @@ def loss_call(backend, model, guide, args):
     elbo = numpyro.infer.Trace_ELBO()
     svi = numpyro.infer.SVI(model, guide, numpyro.optim.Adam(0.01), elbo)
     params = svi.get_params(svi.init(jax.random.PRNGKey(0), *args))
-    return lambda: elbo.loss(jax.random.PRNGKey(1), params, model, guide, *args)
+    # traced, as SVI's compiled step runs it (eager calls run the formulas as cached programs)
+    return lambda: jax.make_jaxpr(lambda params: elbo.loss(jax.random.PRNGKey(1), params, model, guide, *args))(params)
 
 
 @pytest.mark.parametrize("whiten, expected", [(True, 1), (False, 2)])

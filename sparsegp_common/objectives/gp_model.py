@@ -1,7 +1,7 @@
 """A stand-alone GP model: a prior component observed through a likelihood."""
 from sparsegp_common.adapt import Documented
 from sparsegp_common.objectives import data_plate, data_scale
-from sparsegp_common.priors import GPPrior
+from sparsegp_common.priors import GPPrior, marginals
 
 
 class GPModel(Documented):
@@ -72,7 +72,7 @@ class GPModel(Documented):
 
     def _observe(self, prior, likelihood, posterior, u, X, y):
         """The observed site of one batch: ``y`` scored by ``E_q[log p(y | f)]``."""
-        mean, var = posterior.marginals(X)
+        mean, var = self._sites.compiled(marginals, posterior, X)
         return self._sites.sample("y", self._expected_likelihood(likelihood, mean, var, obs=y), obs=y)
 
     def guide(self, X, y=None, subsample_size=None):

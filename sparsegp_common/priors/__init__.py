@@ -152,10 +152,10 @@ class GPPrior:
             # first: q(u) may depend on them (CoupledMean)
             posterior = posterior.given(self._sites.sample(
                 self._coefficient_site, posterior.mean_function.coefficient_distribution(guide)))
-        u_dist = posterior.q_u() if guide else posterior.prior_u()
+        u_dist, kl = self._sites.compiled(_global_terms, posterior, guide)
         u = None if u_dist is None else self._sites.sample(f"{self.name}.u", u_dist.mask(False))
         if not guide:  # the GP's KL given the coefficients: sampled, they are scored by their own site
-            self._sites.factor(f"{self.name}.kl", -posterior.kl())
+            self._sites.factor(f"{self.name}.kl", -kl)
         return posterior, u
 
     @contextlib.contextmanager
@@ -188,7 +188,7 @@ class GPPrior:
         with self._sites.bound(self, hyperpriors=True) as (prior,):  # drawn outside the data plate
             prior.sample_global_sites(prior.posterior(), guide=False)
             with prior._data(X, plate) as Xb:
-                var = prior.prior_variance(Xb)
+                var = self._sites.compiled(_prior_variance, prior, Xb)
                 return self._sites.sample(f"{self.name}.f", prior._f_dist(namespace(var).zeros_like(var), var))
 
     def guide(self, X, plate=None):
@@ -197,4 +197,21 @@ class GPPrior:
         with self._sites.bound(self, hyperpriors=True) as (prior,):  # drawn outside the data plate
             posterior, _ = prior.sample_global_sites(prior.posterior(), guide=True)
             with prior._data(X, plate) as Xb:
-                return self._sites.sample(f"{self.name}.f", prior._f_dist(*posterior.marginals(Xb)))
+                return self._sites.sample(f"{self.name}.f", prior._f_dist(*self._sites.compiled(marginals, posterior, Xb)))
+
+
+# The formulas of a step as functions of the component's objects, for ``sites.compiled`` (one
+# compiled program each where the PPL runs them eagerly; see sparsegp_common.ops._jax_compiled).
+
+
+def marginals(posterior, X):
+    return posterior.marginals(X)
+
+
+def _global_terms(posterior, guide):
+    """The distribution of ``u`` (q's in the guide, the prior's in the model) and, in the model, the KL."""
+    return (posterior.q_u(), None) if guide else (posterior.prior_u(), posterior.kl())
+
+
+def _prior_variance(prior, X):
+    return prior.prior_variance(X)

@@ -1,0 +1,101 @@
+"""Suite ``startup``: a NumPyro user's wait for the first step and for the ArviZ export.
+
+The model is ``docs/usage.md``'s NumPyro example (section c): counts with a GP trend and group
+effects, ``y_n ~ Poisson(exp(f(x_n) + effect[g_n]))``, ``f`` an SVGP component (Matern-5/2, 16
+inducing points), six group effects and their scale under an ``AutoNormal``, 3,000 points and a
+data plate that subsamples 256 rows, float32. Each measurement runs in a fresh process (JAX's
+compilation caches empty, as for a user starting a script): the seconds from calling ``fit`` to
+the end of its first step (``SVI.init`` and the compilation of the step), then, after training,
+the seconds of ``to_inference_data`` with 400 draws (ArviZ imported before). The same model
+without the GP (``f = 0``) runs beside it; the difference is the library's share. Figures are
+medians over fresh processes.
+"""
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import harness
+
+COLUMNS = [
+    ("model", "variant", "{}"), ("seconds to the first step", "first_step", "{:.2f}"),
+    ("seconds of the export", "export", "{:.2f}"), ("draws", "draws", "{}"), ("points", "points", "{}"),
+    ("processes", "repeats", "{}"),
+]
+VARIANTS = ("with the SVGP component", "without it (f = 0)")
+
+
+def title(rows):
+    return (f"startup: docs/usage.md's NumPyro example, fresh processes, {rows[0]['threads']} threads, "
+            "medians (the last row: the difference, the library's share)")
+
+
+def measure(with_gp, num_data, num_steps, draws):
+    """One fresh process's seconds to the first step and of the export (run in the child)."""
+    import arviz  # noqa: F401 (imported before the export is timed, as a user's notebook has it)
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro import handlers
+    from numpyro.infer.autoguide import AutoNormal
+
+    import numpyro_sparsegp as nsg
+
+    rng = np.random.default_rng(0)
+    num_groups = 6
+    x = rng.uniform(-3, 3, (num_data, 1)).astype(np.float32)
+    g = rng.integers(0, num_groups, num_data)
+    y = rng.poisson(np.exp(0.3 + np.sin(2 * x[:, 0]) + np.linspace(-0.8, 0.8, num_groups)[g])).astype(np.float32)
+    x, g, y = jnp.asarray(x), jnp.asarray(g), jnp.asarray(y)
+    jax.block_until_ready(y)
+    gp = nsg.SVGP(nsg.Matern52(lengthscale=1.0), jnp.linspace(-3, 3, 16)[:, None], name="gp")
+
+    def model(x, g, y):
+        data = numpyro.plate("data", len(x), subsample_size=256)
+        f = gp.model(x, data) if with_gp else 0.0
+        scale = numpyro.sample("scale", dist.HalfNormal(1.0))
+        with numpyro.plate("groups", num_groups):
+            effect = numpyro.sample("effect", dist.Normal(0.0, scale))
+        with data as idx:
+            numpyro.sample("y", dist.Poisson(jnp.exp(f + effect[..., g[idx]])), obs=y[idx])
+
+    autoguide = AutoNormal(handlers.block(model, hide=list(gp.site_names)))
+
+    def guide(x, g, y):
+        data = numpyro.plate("data", len(x), subsample_size=256)
+        if with_gp:
+            gp.guide(x, data)
+        autoguide(x, g, y)
+
+    start = time.perf_counter()
+    running = nsg.fit.steps(model, guide, (x, g, y), num_steps=num_steps, lr=0.02, progress=False)
+    next(running)
+    first_step = time.perf_counter() - start
+    try:
+        while True:
+            next(running)
+    except StopIteration as end:
+        result = end.value
+    start = time.perf_counter()
+    nsg.to_inference_data(model, guide, (x, g, y), num_samples=draws, result=result)
+    return {"first_step": first_step, "export": time.perf_counter() - start}
+
+
+def run(quick):
+    num_data, num_steps, draws, repeats = (300, 2, 20, 1) if harness.tiny() else (
+        (3000, 50, 400, 1) if quick else (3000, 200, 400, 3))
+    rows = []
+    for variant in VARIANTS:
+        args = json.dumps([variant == VARIANTS[0], num_data, num_steps, draws])
+        code = f"import json; from benchmarks.startup import measure; print(json.dumps(measure(*json.loads({args!r}))))"
+        runs = [json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                          cwd=harness.REPO).stdout.strip().splitlines()[-1]) for _ in range(repeats)]
+        rows.append({"suite": "startup", "variant": variant, "points": num_data, "draws": draws, "repeats": repeats,
+                     "threads": harness.threads(), "runs": runs,
+                     **{key: float(np.median([r[key] for r in runs])) for key in ("first_step", "export")}})
+    rows.append({**rows[0], "variant": "the library's share", "runs": None,
+                 **{key: rows[0][key] - rows[1][key] for key in ("first_step", "export")}})
+    return rows
