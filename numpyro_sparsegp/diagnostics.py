@@ -1,6 +1,8 @@
 """ArviZ export (``to_inference_data``, written once in :mod:`sparsegp_common.inference.diagnostics`); NumPyro
 draws with its vectorised ``Predictive`` and ``log_likelihood``, one batch of a subsampling plate's
 rows at a time (the plate's indices substituted)."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,39 +20,20 @@ __all__ = ["to_inference_data", "trace_floor"]
 
 
 def _draw(model, guide, data, num_samples, seed, params, kwargs, parallel):
-    key, params = jax.random.PRNGKey(seed), params or {}
-    sites = _sites(model, guide, data, kwargs, key, params)
-    arrays, with_arrays = _split(data)
+    key = jax.random.PRNGKey(seed)
+    arrays, static = _split(data)
+    sites = _sites(model, guide, data, kwargs, key, params or {})
+    params = {**sites.params, **(params or {})}  # every parameter an input of the programs
     plate = subsampling_plate(sites.plates)
     axes = {k: _axis(s, plate) for k, s in {**sites.latent, **sites.observed}.items()}
     dims = {k: _dims(k, s) for k, s in {**sites.latent, **sites.observed}.items()}
-    outside = [k for k in sites.latent if axes[k] is None]
-
-    # Two compiled programs, not hundreds of eager operations: one draws the sites outside the
-    # plate from the guide, the other everything else for a batch of rows given those draws (the
-    # parameters are arguments, not constants: no eager checks of their values while tracing).
-    @jax.jit
-    def fixed_draws(key, index, params, arrays):
-        guide_ = handlers.substitute(guide, data={**params, **index})
-        samples = Predictive(guide_, num_samples=num_samples, return_sites=outside,
-                             parallel=parallel)(key, *with_arrays(arrays), **kwargs)
-        return {k: samples[k] for k in outside}
-
-    @jax.jit
-    def batch_draws(key, index, fixed, params, arrays):
-        data = with_arrays(arrays)
-        key_guide, key_predictive = jax.random.split(key)
-        m, g = (handlers.substitute(f, data={**params, **index}) for f in (model, guide))
-        samples = Predictive(g, posterior_samples=fixed or None, num_samples=None if fixed else num_samples,
-                             parallel=parallel)(key_guide, *data, **kwargs)
-        samples = {**fixed, **samples}
-        observed = list(sites.observed)
-        predictive = Predictive(handlers.uncondition(m), posterior_samples=samples, return_sites=observed,
-                                parallel=parallel)(key_predictive, *data, **kwargs) if observed else {}
-        log_lik = log_likelihood(m, samples, *data, parallel=parallel, **kwargs) if observed else {}
-        values = _traces(m, g, data, kwargs, key, {k: v[0] for k, v in samples.items()})[1]
-        return ({k: samples[k] for k in sites.latent}, {k: log_lik[k] for k in observed},
-                {k: predictive[k] for k in observed}, {k: values[k]["value"] for k in observed})
+    outside = tuple(k for k in sites.latent if axes[k] is None)
+    settings = (model, guide, num_samples, parallel, tuple(sorted(kwargs.items())), static, outside,
+                tuple(sites.latent), tuple(sites.observed))
+    try:
+        fixed_draws, batch_draws = _programs(*settings)
+    except TypeError:  # settings that cannot be a key (an array among kwargs, say): compiled for this call
+        fixed_draws, batch_draws = _programs.__wrapped__(*settings)
 
     def draw(chunk, index, fixed):
         index = {k: jnp.asarray(v) for k, v in index.items()}
@@ -62,46 +45,83 @@ def _draw(model, guide, data, num_samples, seed, params, kwargs, parallel):
     return full_data_draws(draw, plate)
 
 
+@functools.lru_cache(maxsize=8)
+def _programs(model, guide, num_samples, parallel, kwargs, static, outside, latent, observed):
+    """Two compiled programs, not hundreds of eager operations: one draws the sites ``outside`` the
+    plate from the guide, the other everything else for a batch of rows given those draws. The
+    parameters, the data's arrays and the plate's rows are their inputs, so a later export of the
+    same model and guide (after more training, say) runs them again; anything else the functions
+    read is taken as it was when they were first compiled."""
+    kwargs = dict(kwargs)
+
+    @jax.jit
+    def fixed_draws(key, index, params, arrays):
+        guide_ = handlers.substitute(guide, data={**params, **index})
+        samples = Predictive(guide_, num_samples=num_samples, return_sites=list(outside),
+                             parallel=parallel)(key, *_with_arrays(static, arrays), **kwargs)
+        return {k: samples[k] for k in outside}
+
+    @jax.jit
+    def batch_draws(key, index, fixed, params, arrays):
+        data = _with_arrays(static, arrays)
+        key_guide, key_predictive = jax.random.split(key)
+        m, g = (handlers.substitute(f, data={**params, **index}) for f in (model, guide))
+        samples = Predictive(g, posterior_samples=fixed or None, num_samples=None if fixed else num_samples,
+                             parallel=parallel)(key_guide, *data, **kwargs)
+        samples = {**fixed, **samples}
+        predictive = Predictive(handlers.uncondition(m), posterior_samples=samples, return_sites=list(observed),
+                                parallel=parallel)(key_predictive, *data, **kwargs) if observed else {}
+        log_lik = log_likelihood(m, samples, *data, parallel=parallel, **kwargs) if observed else {}
+        values = _traces(m, g, data, kwargs, key, {k: v[0] for k, v in samples.items()})[1]
+        return ({k: samples[k] for k in latent}, {k: log_lik[k] for k in observed},
+                {k: predictive[k] for k in observed}, {k: values[k]["value"] for k in observed})
+
+    return fixed_draws, batch_draws
+
+
 class _Sites:
     """The sites of a model and guide pair, found by tracing them abstractly (nothing runs):
     ``plates`` ``{(name, size, subsample_size)}``, the guide's ``latent`` and the model's
-    ``observed`` sample sites ``{name: site}`` (site values abstract: shapes only)."""
+    ``observed`` sample sites ``{name: site}`` (site values abstract: shapes only), and the values
+    ``params`` of the parameters that were not given (their initial values)."""
 
     def __init__(self, guide_trace, model_trace):
-        self.plates = {(s["name"], *s["args"]) for t in (guide_trace, model_trace) for s in t.values()
-                       if s["type"] == "plate"}
+        sites = [s for t in (guide_trace, model_trace) for s in t.values()]
+        self.plates = {(s["name"], *s["args"]) for s in sites if s["type"] == "plate"}
         self.latent = {k: s for k, s in guide_trace.items() if _sample(s) and not s["is_observed"]
                        and not s["infer"].get("is_auxiliary")}
         self.observed = {k: s for k, s in model_trace.items() if _sample(s) and s["is_observed"]}
+        self.params = {s["name"]: s["value"] for s in sites
+                       if s["type"] == "param" and not isinstance(s["value"], jax.core.Tracer)}
 
 
 def _sites(model, guide, data, kwargs, key, params):
     # the guide runs once first: an autoguide sets itself up on its first call (from what it sees,
     # which must not be a tracer); then both are traced abstractly (nothing runs)
     handlers.seed(handlers.substitute(guide, data=params), key)(*data, **kwargs)
-    arrays, with_arrays = _split(data)
+    arrays, static = _split(data)
     found = []
 
     def find(key, params, arrays):
         model_, guide_ = (handlers.substitute(f, data=params) for f in (model, guide))
-        found.append(_Sites(*_traces(model_, guide_, with_arrays(arrays), kwargs, key)))
+        found.append(_Sites(*_traces(model_, guide_, _with_arrays(static, arrays), kwargs, key)))
 
     jax.eval_shape(find, key, params, arrays)
     return found[0]
 
 
 def _split(data):
-    """``(arrays, with_arrays)``: the array arguments of ``data`` (the compiled programs' inputs)
-    and ``with_arrays(arrays)`` -> the arguments again, the others (numbers, None, ...) as given."""
-    where = [i for i, a in enumerate(data) if isinstance(a, (jax.Array, np.ndarray))]
+    """``(arrays, static)``: the array arguments of ``data`` (the compiled programs' inputs) and
+    the rest, ``(length, ((position, value), ...))``, as given (numbers, None, ...)."""
+    arrays = [a for a in data if isinstance(a, (jax.Array, np.ndarray))]
+    return arrays, (len(data), tuple((i, a) for i, a in enumerate(data) if not isinstance(a, (jax.Array, np.ndarray))))
 
-    def with_arrays(arrays):
-        full = list(data)
-        for i, a in zip(where, arrays):
-            full[i] = a
-        return tuple(full)
 
-    return [data[i] for i in where], with_arrays
+def _with_arrays(static, arrays):
+    """The arguments again from :func:`_split`'s two parts."""
+    length, others = static
+    full, arrays = dict(others), iter(arrays)
+    return tuple(full[i] if i in full else next(arrays) for i in range(length))
 
 
 def _traces(model, guide, data, kwargs, key, values=None):

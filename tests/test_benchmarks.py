@@ -76,6 +76,19 @@ def test_steps_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_startup_quick(tmp_path):
+    stdout, rows = run_suite("startup", tmp_path)
+    lines = table_lines(stdout)
+    assert lines[0].startswith("| model | seconds to the first step | seconds of the export |")
+    assert [row["variant"] for row in rows] == ["with the SVGP component", "without it (f = 0)", "the library's share"]
+    for row in rows[:2]:
+        check_meta(row, "startup")
+        assert len(row["runs"]) == row["repeats"] and all(r["first_step"] > 0 and r["export"] > 0 for r in row["runs"])
+    for key in ("first_step", "export"):
+        assert rows[2][key] == pytest.approx(rows[0][key] - rows[1][key])
+
+
+@pytest.mark.slow
 def test_accuracy_quick(tmp_path):
     stdout, rows = run_suite("accuracy", tmp_path)
     lines = table_lines(stdout)

@@ -178,6 +178,18 @@ def test_export_takes_numbers_among_the_data(backend):
     np.testing.assert_array_equal(idata.observed_data["y"].values, y)
 
 
+def test_a_second_export_sees_further_training(backend, hierarchical):
+    """Without ``result``, the export reads the values the objects hold: after more training, the
+    next export of the same model and guide (NumPyro: the same compiled programs) draws from them."""
+    _, model, guide, data, _, result = hierarchical
+    first = backend.lib.to_inference_data(model, guide, data, num_samples=40, seed=1)
+    backend.lib.fit(model, guide, data, num_steps=60, lr=0.1, progress=False)
+    second = backend.lib.to_inference_data(model, guide, data, num_samples=40, seed=1)
+    assert not np.allclose(first.posterior["gp.u"].values, second.posterior["gp.u"].values)
+    again = backend.lib.to_inference_data(model, guide, data, num_samples=40, seed=1)
+    np.testing.assert_allclose(again.posterior["gp.u"].values, second.posterior["gp.u"].values)
+
+
 def test_both_backends_export_the_same_variables_and_dims():
     from backends import NumPyroBackend, PyroBackend
 
