@@ -1,5 +1,7 @@
 """Cholesky with jitter escalation, float32/float64, factorising Kuu in float64, devices, gradients."""
 import contextlib
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -27,7 +29,8 @@ def test_jitter_escalation(backend):
 
 
 def test_jitter_escalation_under_jit():
-    """Traced: the same escalation through lax.cond; a final failure gives NaN, not an error."""
+    """Traced: the same escalation through a loop; a final failure gives NaN, not an error; under
+    ``vmap`` each matrix keeps the first level that factorises it."""
     import numpyro_sparsegp as nsg
 
     chol = jax.jit(lambda A: nsg.cholesky(A, jitter=0.0))
@@ -35,6 +38,26 @@ def test_jitter_escalation_under_jit():
     L = np.asarray(chol(np.outer(v, v)))
     np.testing.assert_allclose(L, np.asarray(nsg.cholesky(np.outer(v, v), jitter=0.0)))
     assert np.isnan(np.asarray(chol(-np.eye(2)))).any()
+    both = np.asarray(jax.vmap(chol)(np.stack([np.outer(v, v), np.diag(v)])))
+    np.testing.assert_allclose(both[0], L)
+    np.testing.assert_allclose(both[1], np.diag(np.sqrt(v)))
+
+
+def test_vmapped_factorisations_finish():
+    """``jit(vmap(cholesky))`` over 400 matrices (a Predictive over sampled lengthscales does
+    this): with the retries as nested ``lax.cond``, ``vmap`` ran them as selects, four batched LAPACK
+    calls at once, which jaxlib 0.10's CPU thread pool deadlocked on within a few calls. In a child
+    process with a time limit, so that a hang fails the test instead of the run."""
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np; import numpyro_sparsegp as nsg\n"
+        "X = np.random.default_rng(0).normal(size=(400, 64, 3))\n"
+        "A = jnp.asarray(np.exp(-0.5 * ((X[:, :, None] - X[:, None]) ** 2).sum(-1)) + 1e-3 * np.eye(64), jnp.float32)\n"
+        "chol = jax.jit(jax.vmap(nsg.cholesky))\n"
+        "for _ in range(20):\n"
+        "    L = chol(A).block_until_ready()\n"
+        "assert np.allclose(L @ L.mT, A + 1e-6 * np.eye(64), atol=1e-4)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_cholesky_in_float64_inside_float32(backend):

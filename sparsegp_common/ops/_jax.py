@@ -44,7 +44,7 @@ def cholesky(A, levels, message, dtype):
     """Lower factor of ``A + level I`` for the first of ``levels`` that succeeds, computed in
     ``dtype`` and returned in ``A``'s.
 
-    Under ``jit``/``grad`` tracing the retries are nested ``lax.cond`` and a final failure returns
+    Under ``jit``/``grad`` tracing the retries are a ``lax.while_loop`` and a final failure returns
     NaN (so the loss becomes NaN) instead of raising: a host callback to raise would cost about as
     much as the rest of a small SVI step.
     """
@@ -66,13 +66,23 @@ def _escalating_cholesky(A, levels, message):
                 return L
         raise CholeskyError(message)
 
-    def attempt(i):
-        L = _per_matrix(jnp.linalg.cholesky, A + levels[i] * eye)
-        if i == len(levels) - 1:
-            return L
-        return lax.cond(jnp.all(jnp.isfinite(L)), lambda: L, lambda: attempt(i + 1))
+    def attempt(level):
+        return _per_matrix(jnp.linalg.cholesky, A + level * eye)
 
-    return attempt(0)
+    if len(levels) == 1:
+        return attempt(levels[0])
+    # the retries as a loop: two factorisations in the compiled program, not one per level
+    retries = jnp.asarray(levels[1:], dtype=A.dtype)
+
+    def failed(state):
+        i, L = state
+        return (i < retries.shape[0]) & ~jnp.all(jnp.isfinite(L))
+
+    def retry(state):
+        i, _ = state
+        return i + 1, attempt(retries[i])
+
+    return lax.while_loop(failed, retry, (0, attempt(levels[0])))[1]
 
 
 @_escalating_cholesky.defjvp
