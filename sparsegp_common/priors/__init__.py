@@ -201,7 +201,7 @@ class GPPrior:
 
 
 # The formulas of a step as functions of the component's objects, for ``sites.compiled`` (one
-# compiled program each where the PPL runs them eagerly; see sparsegp_common.ops._jax_compiled).
+# compiled program each where the PPL runs them eagerly; see numpyro_sparsegp/compiled.py).
 
 
 def marginals(posterior, X):
