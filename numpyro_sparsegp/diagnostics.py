@@ -22,7 +22,7 @@ __all__ = ["to_inference_data", "trace_floor"]
 def _draw(model, guide, data, num_samples, seed, params, kwargs, parallel):
     key = jax.random.PRNGKey(seed)
     arrays, static = _split(data)
-    sites = _sites(model, guide, data, kwargs, key, params or {})
+    sites = _sites(model, guide, data, arrays, static, kwargs, key, params or {})
     params = {**sites.params, **(params or {})}  # every parameter an input of the programs
     plate = subsampling_plate(sites.plates)
     axes = {k: _axis(s, plate) for k, s in {**sites.latent, **sites.observed}.items()}
@@ -95,11 +95,10 @@ class _Sites:
                        if s["type"] == "param" and not isinstance(s["value"], jax.core.Tracer)}
 
 
-def _sites(model, guide, data, kwargs, key, params):
+def _sites(model, guide, data, arrays, static, kwargs, key, params):
     # the guide runs once first: an autoguide sets itself up on its first call (from what it sees,
     # which must not be a tracer); then both are traced abstractly (nothing runs)
     handlers.seed(handlers.substitute(guide, data=params), key)(*data, **kwargs)
-    arrays, static = _split(data)
     found = []
 
     def find(key, params, arrays):

@@ -6,17 +6,14 @@ import pyro
 from pyro import poutine
 from pyro.poutine.runtime import am_i_wrapped, get_plates
 
+from .compiled import compiled  # noqa: F401 (eager formulas: nothing to compile in torch)
+
 sample, factor, scale = pyro.sample, pyro.factor, poutine.scale
 
 
 def plate(name, size, subsample_size=None, like=None):
     """A data plate on the last batch dimension, on the device of ``like``."""
     return pyro.plate(name, size, subsample_size=subsample_size, dim=-1, device=None if like is None else like.device)
-
-
-def compiled(fn, *args):
-    """``fn(*args)``: torch runs each operation as it comes (see the NumPyro version)."""
-    return fn(*args)
 
 
 def inside(name):
