@@ -19,8 +19,19 @@ SUITES = {
     "qsgp": "benchmarks.qsgp",
     "steps": "benchmarks.steps",
     "startup": "benchmarks.startup",
+    "gpu": "benchmarks.gpu",
 }
-ON_GPU = {"peers", "harmonic"}  # the suites whose runners place their tensors (harness.tensor)
+ON_GPU = {"peers", "harmonic", "gpu"}  # the suites whose runners place their tensors (harness.tensor)
+
+
+def _have_gpu():
+    """Whether torch sees a CUDA GPU (says so when it does not)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    print("no CUDA GPU: measuring on the CPU (--device cpu)", flush=True)
+    return False
 
 
 def main(argv=None):
@@ -33,15 +44,18 @@ def main(argv=None):
                              "repeatable")
     parser.add_argument("--out", help="JSON-lines file to append to (default: outputs/benchmarks/<suite>.jsonl)")
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and XLA (default 2)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="where torch and JAX run (default cpu; cuda: an NVIDIA GPU)")
+    parser.add_argument("--device", choices=("cpu", "cuda"),
+                        help="where torch and JAX run (cuda: an NVIDIA GPU; default cpu, and for suite gpu "
+                             "cuda where torch sees one)")
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be a positive integer, got {args.threads}")
-    if args.device != "cpu" and args.suite not in ON_GPU:
+    if args.device is not None and args.device != "cpu" and args.suite not in ON_GPU:
         parser.error(f"--device {args.device}: suite {args.suite} runs on the CPU only (on a GPU: {', '.join(sorted(ON_GPU))})")
 
     harness.pin_threads(args.threads)  # before the suite imports torch or JAX
+    if args.device is None:
+        args.device = "cuda" if args.suite == "gpu" and _have_gpu() else "cpu"
     harness.use_device(args.device)
     suite = importlib.import_module(SUITES[args.suite])
     start = time.perf_counter()

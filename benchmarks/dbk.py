@@ -116,11 +116,11 @@ def _gradient_step(model, X, y):
     return step
 
 
-def _gpytorch_step(X, y):
+def _gpytorch_step(X, y, device="cpu"):
     import gpytorch
     import torch
 
-    X, y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(y, dtype=torch.float32)
+    X, y = (torch.as_tensor(a, dtype=torch.float32, device=device) for a in (X, y))
 
     class ExactGP(gpytorch.models.ExactGP):
         def __init__(self, likelihood):
@@ -131,7 +131,7 @@ def _gpytorch_step(X, y):
             return gpytorch.distributions.MultivariateNormal(torch.zeros_like(x[:, 0]), self.covar_module(x))
 
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    model = ExactGP(likelihood)
+    model = ExactGP(likelihood).to(device)
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     model.train()
 

@@ -85,6 +85,14 @@ def tensor(x, dtype=None):
     return torch.as_tensor(x, dtype=dtype or torch.float32, device=DEVICE)
 
 
+def synchronize():
+    """Wait for the work queued on the suite's GPU (torch); a no-op on the CPU."""
+    if DEVICE != "cpu":
+        import torch
+
+        torch.cuda.synchronize()
+
+
 def device_name():
     """The accelerator the suite runs on, for tables and JSON lines (the CPU model on ``cpu``)."""
     if DEVICE == "cpu":

@@ -81,7 +81,7 @@ def _lib(backend):
 
         import pyro_sparsegp as lib
 
-        return lib, (lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)), torch.optim.Adagrad, {}
+        return lib, harness.tensor, torch.optim.Adagrad, {}
     import jax.numpy as jnp
     import numpyro
 

@@ -48,15 +48,15 @@ class Floor:
     """``L = chol(Kuu)``, ``A = L^-1 Kuf`` and ``sum(A^2) + sum(log diag L)``, forward and backward
     with respect to ``Kuu`` and ``Kuf`` (torch, float32): what any SVGP step computes at least."""
 
-    def __init__(self, X, Z, batch_size):
+    def __init__(self, X, Z, batch_size, device="cpu"):
         import torch
 
         def se(A, B):  # unit lengthscales and variance, as the runners start
             return np.exp(-0.5 * np.maximum((A**2).sum(-1)[:, None] + (B**2).sum(-1)[None, :] - 2 * A @ B.T, 0.0))
 
         Kuu = se(Z, Z) + 1e-3 * np.eye(len(Z))  # jitter: float32 must factorise it
-        self.Kuu = torch.tensor(Kuu, dtype=torch.float32, requires_grad=True)
-        self.Kuf = torch.tensor(se(Z, X[:batch_size]), dtype=torch.float32, requires_grad=True)
+        self.Kuu = torch.tensor(Kuu, dtype=torch.float32, device=device, requires_grad=True)
+        self.Kuf = torch.tensor(se(Z, X[:batch_size]), dtype=torch.float32, device=device, requires_grad=True)
 
     def step(self):
         import torch

@@ -89,6 +89,36 @@ def test_startup_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_gpu_quick(tmp_path):
+    """Every method's group runs (on the CPU here, saying so), each row names the device, the
+    ratios are those of the group's own GPyTorch and floor, and the memory probes reach their caps."""
+    import torch
+
+    stdout, rows = run_suite("gpu", tmp_path)
+    if not torch.cuda.is_available():
+        assert "no CUDA GPU: measuring on the CPU" in stdout
+    steps = [row for row in rows if row["part"] == "steps"]
+    memory = [row for row in rows if row["part"] == "memory"]
+    assert {row["group"] for row in steps} == {"SVGP", "decoupled", "HVGP", "orthogonal features", "QSGP", "exact DBK"}
+    for row in rows:
+        check_meta(row, "gpu")
+        assert row["device"] == row["machine"]["device"] and "error" not in row
+    for row in steps:
+        group = [r for r in steps if r["group"] == row["group"]]
+        assert row["seconds"] > 0 and len(row["blocks"]) == row["repeats"] and row["first_step"] > 0
+        reference = [r for r in group if r["implementation"].startswith("GPyTorch")]
+        if reference and row not in reference and row["implementation"] != "floor":
+            assert row["vs_gpytorch"] == pytest.approx(reference[0]["seconds"] / row["seconds"])
+        floor = [r for r in group if r["implementation"] == "floor"]
+        if floor and row not in floor:
+            assert row["vs_floor"] == pytest.approx(row["seconds"] / floor[0]["seconds"])
+    svgp = {row["implementation"] for row in steps if row["group"] == "SVGP"}
+    assert svgp == {"ours (Pyro)", "ours (Pyro, SVI)", "ours (NumPyro, jit)", "ours (NumPyro, SVI)", "GPyTorch", "floor"}
+    assert len(memory) == 4 and all(row["largest"] == row["cap"] and row["seconds"] > 0 for row in memory)
+    assert sum(line.startswith("| SVGP |") for line in table_lines(stdout)) == len(svgp)
+
+
+@pytest.mark.slow
 def test_accuracy_quick(tmp_path):
     stdout, rows = run_suite("accuracy", tmp_path)
     lines = table_lines(stdout)

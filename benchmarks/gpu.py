@@ -1,0 +1,406 @@
+"""Suite ``gpu``: every method's training step in both backends on the accelerator, beside GPyTorch
+at the same sizes and the floor, in one run; and the largest SVGP ``M`` and exact-DBK ``n`` that fit.
+
+``python -m benchmarks gpu --device cuda [--quick]`` on an NVIDIA GPU; without one the suite says
+so and measures on the CPU (``--device cpu``, smaller sizes).
+
+* ``steps``: seconds per training step (float32, kin40k split 0 standardised, batch 1024, SE-ARD,
+  whitened full-covariance ``q(u)``; :mod:`benchmarks.runners`) of each method through the
+  product's ``fit`` in both backends, grouped with the comparisons that give it meaning, each group
+  timed in alternating blocks (:func:`~benchmarks.harness.time_steps`, medians):
+  SVGP at each ``M`` (``fit``, the plain ``SVI`` path of a user's model at the smaller ``M``,
+  GPyTorch's SVGP and the floor of :class:`benchmarks.steps.Floor`); decoupled bases (``M_alpha``, ``M_beta``) against
+  GPyTorch's SVGP-1024; HVGP ``T x m`` against SVGP-``m``; Hermite orthogonal features; exact DBK
+  (``fit``'s full-batch step, the 1-D step data, r = 128) against GPyTorch's exact GP; QSGP
+  (quadruply stochastic loss). ``first step`` is the seconds from building the runner to the end
+  of its first step (compilation included).
+* ``memory``: the largest SVGP ``M`` (one ``fit`` step, batch 1024) and exact-DBK ``n`` (one
+  full-batch step) that ran, doubling until the device ran out of memory (or the size
+  cap was reached), each backend in a fresh child process with the whole device to itself.
+
+Every row names the device. A case that fails (say a size that does not fit) is a row with its
+error, so one failure does not lose the rest of a short GPU lease.
+"""
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import decoupled, harmonic, harness, runners
+from .steps import Floor
+
+DATASET = "kin40k"
+PARTS = ("steps", "memory")
+DBK_RANK = 128
+
+
+def settings(quick):
+    """Sizes per group (``svi``: the SVGP sizes that also time the plain SVI path) and timing."""
+    timing = {"batch": 1024, "repeats": 3, "block_seconds": 0.3, "warmup": 2}
+    if harness.tiny():
+        return {"svgp": (64,), "svi": (64,), "decoupled": ((128, 16), 64), "hvgp": 16, "vof": 64, "qsgp": 1000,
+                "dbk": (2000, 1000), "memory": {"svgp": (64, 128), "dbk": (1000, 2000)},
+                **timing, "batch": 256, "repeats": 2, "block_seconds": 0.05, "warmup": 1, "memory_seconds": 120}
+    if harness.DEVICE == "cpu":  # what 2 CPU threads measure in minutes
+        return {"svgp": (256,) if quick else (256, 1024), "svi": (256, 1024), "decoupled": ((2048, 128), 256),
+                "hvgp": 128, "vof": 256, "qsgp": 10_000, "dbk": (10_000, 10_000),
+                "memory": {"svgp": (1024,) * 2 if quick else (1024, 2048), "dbk": (10_000, 100_000)},
+                "memory_seconds": 300, **timing}
+    return {"svgp": (1024,) if quick else (1024, 4096, 8192), "svi": (1024,), "decoupled": ((16384, 128), 1024),
+            "hvgp": 1024, "vof": 1024, "qsgp": 100_000, "dbk": (1_000_000, 10_000),
+            "memory": {"svgp": (8192, 2**17 if quick else 2**18), "dbk": (2**22, 2**30)}, "memory_seconds": 40,
+            **timing, "repeats": 5, "block_seconds": 0.4}
+
+
+COLUMNS = [
+    ("group", "group", "{}"), ("implementation", "implementation", "{}"), ("size", "size", "{}"),
+    ("seconds per step", "seconds", "{:.5f}"), ("GPyTorch / this", "vs_gpytorch", "{:.2f}"),
+    ("this / floor", "vs_floor", "{:.2f}"), ("first step", "first_step", "{:.1f} s"), ("error", "error", "{}"),
+]
+MEMORY_COLUMNS = [
+    ("model", "model", "{}"), ("backend", "backend", "{}"), ("largest that ran", "largest", "{}"),
+    ("its step", "seconds", "{:.3f} s"), ("first that did not", "failed", "{}"), ("why", "why", "{}"),
+]
+
+
+def title(rows):
+    row = rows[0]
+    return f"gpu: median seconds per training step, float32, {row['device']}, medians of {row['repeats']} blocks"
+
+
+def tables(rows):
+    steps = [r for r in rows if r["part"] == "steps"]
+    memory = [r for r in rows if r["part"] == "memory"]
+    out = [(title(steps), COLUMNS, steps)] if steps else []
+    if memory:
+        out.append((f"gpu memory: the largest size one step ran at, {memory[0]['device']}", MEMORY_COLUMNS, memory))
+    return out
+
+
+def run(quick, parts=PARTS):
+    if harness.DEVICE == "cpu" and not harness.tiny():
+        print("gpu: no GPU asked for (--device cuda); measuring on the CPU at CPU sizes", flush=True)
+    opts = settings(quick)
+    rows = []
+    if "steps" in parts:
+        rows += step_rows(opts)
+    if "memory" in parts:
+        rows += memory_rows(opts)
+    return rows
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+
+def _svgp(key, M):
+    return f"SVGP-{M}", lambda X, y, batch: runners.RUNNERS[key](X, y, harness.inducing_inputs(X, M), batch, 0.01)
+
+
+def _method(cls, size, Z_rows):
+    return size, lambda X, y, batch: cls(X, y, harness.inducing_inputs(X, Z_rows), batch, 0.01)
+
+
+def groups(opts):
+    """``[(group name, {implementation: (size, factory(X, y, batch) -> runner)})]`` on kin40k."""
+    out = []
+    for M in opts["svgp"]:
+        keys = ("ours_pyro", "ours_pyro_svi", "ours_numpyro", "ours_numpyro_svi", "gpytorch")
+        cases = {runners.RUNNERS[key].name: _svgp(key, M) for key in keys if M in opts["svi"] or "svi" not in key}
+        cases["floor"] = (f"M = {M}", lambda X, y, batch, M=M: _Floor(X, harness.inducing_inputs(X, M), batch))
+        out.append(("SVGP", cases))
+    (M_alpha, M_beta), M_ref = opts["decoupled"]
+    cases = {cls.name: _method(decoupled.with_beta(cls, M_beta), f"({M_alpha}, {M_beta})", M_alpha)
+             for cls in (decoupled.DecoupledPyro, decoupled.DecoupledNumPyro)}
+    cases["GPyTorch"] = _svgp("gpytorch", M_ref)
+    out.append(("decoupled", cases))
+    m = opts["hvgp"]
+    T = 2**harmonic.NUM_WAYS
+    cases = {cls.name: _method(cls, f"{T} x {m}", m) for cls in (harmonic.HarmonicPyro, harmonic.HarmonicNumPyro)}
+    cases.update({runners.RUNNERS[key].name: _svgp(key, m) for key in ("ours_pyro", "ours_numpyro", "gpytorch")})
+    out.append(("HVGP", cases))
+    M = opts["vof"]
+    cases = {f"Hermite ({backend})": (f"M = {M}", lambda X, y, batch, backend=backend: _Hermite(backend, X, y, M, batch))
+             for backend in ("Pyro", "NumPyro")}
+    cases["GPyTorch"] = _svgp("gpytorch", M)
+    out.append(("orthogonal features", cases))
+    m = opts["qsgp"]
+    out.append(("QSGP", {f"QSGP ({backend})": (f"m = {m}", lambda X, y, batch, backend=backend: _QSGP(backend, X, y, m, batch))
+                         for backend in ("Pyro", "NumPyro")}))
+    return out
+
+
+def dbk_group(opts):
+    n, n_ref = opts["dbk"]
+    cases = {f"exact DBK ({backend})": (f"n = {n}", lambda backend=backend: _ExactDBK(backend, n))
+             for backend in ("Pyro", "NumPyro")}
+    cases["GPyTorch exact GP"] = (f"n = {n_ref}", lambda: _GPyTorchExact(n_ref))
+    return "exact DBK", cases
+
+
+def step_rows(opts):
+    problem = harness.regression_problem(DATASET)
+    X, y = problem["X_train"], problem["y_train"]
+    rows = []
+    for name, cases in groups(opts):
+        rows += _time_group(name, {k: (size, lambda f=f: f(X, y, opts["batch"])) for k, (size, f) in cases.items()}, opts)
+    name, cases = dbk_group(opts)
+    rows += _time_group(name, cases, opts)
+    return rows
+
+
+def _time_group(name, cases, opts):
+    """Build each case, time its first step, then time the group's steps side by side."""
+    import pyro
+
+    pyro.clear_param_store()  # once per group, before its Pyro runners (see runners.build)
+    built, rows = {}, {}
+    for label, (size, factory) in cases.items():
+        row = {"suite": "gpu", "part": "steps", "group": name, "implementation": label, "size": size,
+               "device": harness.device_name(), "dtype": "float32", "repeats": opts["repeats"],
+               "threads": harness.threads(), "batch": opts["batch"]}
+        start = time.perf_counter()
+        try:
+            runner = factory()
+            harness.block(runner.step())
+            harness.synchronize()
+            row["first_step"] = time.perf_counter() - start
+            built[label] = runner
+        except Exception as error:  # noqa: BLE001 - a row says what failed; the lease goes on
+            row["error"] = _short(error)
+        rows[label] = row
+        _release()
+    try:
+        blocks = harness.time_steps({k: _synchronized(r.step) for k, r in built.items()}, opts["repeats"],
+                                    opts["block_seconds"], max(opts["warmup"] - 1, 1))
+    except Exception as error:  # noqa: BLE001
+        blocks = {}
+        for label in built:
+            rows[label]["error"] = _short(error)
+    runners.close(built)
+    seconds = {k: harness.median(v) for k, v in blocks.items()}
+    reference = next((seconds[k] for k in seconds if k.startswith("GPyTorch")), None)
+    for label, value in seconds.items():
+        rows[label].update(seconds=value, blocks=blocks[label])
+        if reference is not None and label != "floor" and not label.startswith("GPyTorch"):
+            rows[label]["vs_gpytorch"] = reference / value
+        if "floor" in seconds and label != "floor":
+            rows[label]["vs_floor"] = value / seconds["floor"]
+    for row in rows.values():
+        print(json.dumps({k: v for k, v in row.items() if k != "blocks"}), flush=True)  # progress on a short lease
+    built.clear()
+    _release()
+    return list(rows.values())
+
+
+def _synchronized(step):
+    def run():
+        loss = step()
+        harness.synchronize()
+        return loss
+
+    return run
+
+
+class _Floor(runners.Runner):
+    """:class:`benchmarks.steps.Floor` on the suite's device."""
+
+    def __init__(self, X, Z, batch):
+        self._floor = Floor(X, Z, batch, device=harness.DEVICE)
+
+    def step(self):
+        return self._floor.step()
+
+
+class _Hermite(runners.Runner):
+    """An SVGP on Hermite orthogonal features (``Kuu = I``, diagonal ``S``) trained by ``fit``."""
+
+    def __init__(self, backend, X, y, M, batch):
+        lib, array = _lib(backend)
+        D = X.shape[1]
+        kernel = lib.RBF(lengthscale=array(np.full(D, runners.LENGTHSCALE)), variance=runners.VARIANCE)
+        features = lib.vof.HermiteFeatures(M, array(np.ones(D)), kernel=kernel)
+        model = lib.GPModel(lib.SVGP(kernel, features, diagonal=True, name="hermite"),
+                            lib.Gaussian(variance=runners.NOISE, name="hermite_likelihood"), num_data=len(X))
+        self.fit = harness.FitSteps(lib.fit, model.model, model.guide, (array(X), array(y)), batch_size=batch, lr=0.01)
+
+    def step(self):
+        return self.fit.step()
+
+    def close(self):
+        self.fit.close()
+
+
+class _QSGP(runners.Runner):
+    """A QSGP (random Fourier features, ``num_dense`` 10) with the quadruply stochastic loss."""
+
+    def __init__(self, backend, X, y, m, batch):
+        from . import qsgp
+
+        self.fit, _ = qsgp.qsgp_fit(backend.lower(), X, y, m, qsgp.NUM_DENSE, 1000, 500, batch)
+
+    def step(self):
+        return self.fit.step()
+
+    def close(self):
+        self.fit.close()
+
+
+class _ExactDBK(runners.Runner):
+    """Exact DBK (a 2 x 128 tanh MLP, r = 128) on ``n`` points of the 1-D step data, full batch,
+    through ``fit`` (its model's low-rank Gaussian likelihood and trace term)."""
+
+    def __init__(self, backend, n, name="dbk"):
+        from sparsegp_common.data.step import step_data
+
+        lib, array = _lib(backend)
+        X, y = (array(a) for a in step_data(n, seed=0))
+        if backend == "Pyro":
+            import torch
+
+            net = lib.dbk.MLP(1, rank=DBK_RANK, dtype=torch.float32, seed=0).to(harness.DEVICE)
+        else:
+            import jax.numpy as jnp
+
+            net = lib.dbk.MLP(1, rank=DBK_RANK, dtype=jnp.float32, seed=0)
+        dbk = lib.dbk.ExactDBK(net, name=name)
+        self.fit = harness.FitSteps(lib.fit, dbk.model, dbk.guide, (X, y), lr=0.001)
+
+    def step(self):
+        return self.fit.step()
+
+    def close(self):
+        self.fit.close()
+
+
+class _GPyTorchExact(runners.Runner):
+    """GPyTorch's exact GP (RBF, ``ExactMarginalLogLikelihood``) on the same data: loss and gradient."""
+
+    def __init__(self, n):
+        from sparsegp_common.data.step import step_data
+
+        from .dbk import _gpytorch_step
+
+        self._step = _gpytorch_step(*step_data(n, seed=0), device=harness.DEVICE)
+
+    def step(self):
+        return float(self._step().detach())
+
+
+def _lib(backend):
+    """The package of ``backend`` ("Pyro" or "NumPyro") and its float32 array maker on the device."""
+    if backend == "Pyro":
+        import pyro_sparsegp as lib
+        import pyro_sparsegp.dbk  # noqa: F401 - submodules used as lib.dbk, lib.vof
+        import pyro_sparsegp.vof  # noqa: F401
+
+        return lib, harness.tensor
+    import jax.numpy as jnp
+
+    import numpyro_sparsegp as lib
+    import numpyro_sparsegp.dbk  # noqa: F401
+    import numpyro_sparsegp.vof  # noqa: F401
+
+    return lib, lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float32)
+
+
+def _short(error):
+    text = f"{type(error).__name__}: {error}".splitlines()[0]
+    return text[:160]
+
+
+def _release():
+    gc.collect()
+    if harness.DEVICE != "cpu":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+
+def memory_rows(opts):
+    """Per (model, backend), in a fresh child process given at most ``memory_seconds``: the
+    doubling sizes until one fails."""
+    rows = []
+    for model, (start, cap) in opts["memory"].items():
+        for backend in ("Pyro", "NumPyro"):
+            command = [sys.executable, "-m", "benchmarks.gpu", "memory", model, backend, str(start), str(cap),
+                       harness.DEVICE, str(harness.threads())]
+            env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}
+            row = {"suite": "gpu", "part": "memory", "model": "SVGP (M)" if model == "svgp" else "exact DBK (n)",
+                   "backend": backend, "device": harness.device_name(), "threads": harness.threads(), "cap": cap}
+            try:
+                done = subprocess.run(command, cwd=harness.REPO, env=env, capture_output=True, text=True,
+                                      timeout=opts["memory_seconds"])
+                stdout, why = done.stdout, done.returncode and (done.stderr.strip().splitlines() or ["failed"])[-1]
+            except subprocess.TimeoutExpired as stopped:
+                stdout, why = stopped.stdout or "", f"stopped after {opts['memory_seconds']} s"
+                stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
+            lines = stdout.strip().splitlines()
+            row.update(json.loads(lines[-1]) if lines else {})
+            if why:
+                row["why"] = why[:160]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def _probe(model, backend, start, cap):
+    """Double the size from ``start`` until a step fails or ``cap`` is passed (in this process),
+    printing the result so far as a JSON line after each size."""
+    import pyro
+
+    problem = harness.regression_problem(DATASET) if model == "svgp" else None
+    result, size = {"largest": None}, start
+    while size <= cap:
+        runner = None
+        pyro.clear_param_store()
+        try:
+            if model == "svgp":
+                X, y = problem["X_train"], problem["y_train"]
+                if size > len(X):  # more inducing inputs than rows: jittered copies of the rows
+                    reps = -(-size // len(X))
+                    X = np.concatenate([X + 1e-3 * i for i in range(reps)])[:size]
+                    y = np.tile(y, reps)[:size]
+                key = "ours_pyro" if backend == "Pyro" else "ours_numpyro"
+                runner = runners.RUNNERS[key](X, y, harness.inducing_inputs(X, size), 1024, 0.01)
+            else:
+                runner = _ExactDBK(backend, size)
+            runner.step()  # creates the parameters and compiles
+            start_time = time.perf_counter()
+            harness.block(runner.step())
+            harness.synchronize()
+            result.update(largest=size, seconds=time.perf_counter() - start_time)
+        except Exception as error:  # noqa: BLE001 - the first size that does not run ends the probe
+            result.update(failed=size, why=_short(error))
+        finally:
+            if runner is not None:
+                runner.close()
+            runner = None
+            _release()
+        print(json.dumps(result), flush=True)
+        if "failed" in result:
+            return result
+        size *= 2
+    result["why"] = f"size cap {cap} reached"
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main(argv=None):
+    """``python -m benchmarks.gpu memory MODEL BACKEND START CAP DEVICE THREADS``: one memory probe
+    (:func:`_probe`), its result so far as the last line of JSON."""
+    argv = sys.argv[1:] if argv is None else argv
+    _, model, backend, start, cap, device, threads = argv
+    harness.pin_threads(int(threads))
+    harness.use_device(device)
+    _probe(model, backend, int(start), int(cap))
+
+
+if __name__ == "__main__":
+    main()
