@@ -116,11 +116,12 @@ def _gradient_step(model, X, y):
     return step
 
 
-def _gpytorch_step(X, y, device="cpu"):
+def _gpytorch_step(X, y, device="cpu", dtype="float32"):
     import gpytorch
     import torch
 
-    X, y = (torch.as_tensor(a, dtype=torch.float32, device=device) for a in (X, y))
+    dtype = getattr(torch, dtype)
+    X, y = (torch.as_tensor(a, dtype=dtype, device=device) for a in (X, y))
 
     class ExactGP(gpytorch.models.ExactGP):
         def __init__(self, likelihood):
@@ -131,7 +132,7 @@ def _gpytorch_step(X, y, device="cpu"):
             return gpytorch.distributions.MultivariateNormal(torch.zeros_like(x[:, 0]), self.covar_module(x))
 
     likelihood = gpytorch.likelihoods.GaussianLikelihood()
-    model = ExactGP(likelihood).to(device)
+    model = ExactGP(likelihood).to(device=device, dtype=dtype)
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     model.train()
 

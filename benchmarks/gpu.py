@@ -7,16 +7,17 @@ so and measures on the CPU (``--device cpu``, smaller sizes).
 * ``steps``: seconds per training step (float32, kin40k split 0 standardised, batch 1024, SE-ARD,
   whitened full-covariance ``q(u)``; :mod:`benchmarks.runners`) of each method through the
   product's ``fit`` in both backends, grouped with the comparisons that give it meaning, each group
-  timed in alternating blocks (:func:`~benchmarks.harness.time_steps`, medians):
-  SVGP at each ``M`` (``fit``, the plain ``SVI`` path of a user's model at the smaller ``M``,
-  GPyTorch's SVGP and the floor of :class:`benchmarks.steps.Floor`); decoupled bases (``M_alpha``, ``M_beta``) against
-  GPyTorch's SVGP-1024; HVGP ``T x m`` against SVGP-``m``; Hermite orthogonal features; exact DBK
-  (``fit``'s full-batch step, the 1-D step data, r = 128) against GPyTorch's exact GP; QSGP
-  (quadruply stochastic loss). ``first step`` is the seconds from building the runner to the end
-  of its first step (compilation included).
+  timed in alternating blocks (:func:`~benchmarks.harness.time_steps`, medians): SVGP at each
+  ``M`` (``fit``, the plain ``SVI`` path of a user's model at the smaller ``M``, GPyTorch's SVGP
+  and the floor of :class:`benchmarks.steps.Floor`); decoupled bases (``M_alpha``, ``M_beta``)
+  against GPyTorch's SVGP-1024; HVGP ``T x m`` against SVGP-``m``; Hermite orthogonal features;
+  QSGP (quadruply stochastic loss); exact DBK (``fit``'s full-batch step on the 1-D step data,
+  r = 128, float64 as ``docs/usage.md`` advises, in a child process with JAX's x64 mode) against
+  GPyTorch's exact GP. ``first step`` is the seconds from building the runner to the end of its
+  first step (compilation included).
 * ``memory``: the largest SVGP ``M`` (one ``fit`` step, batch 1024) and exact-DBK ``n`` (one
-  full-batch step) that ran, doubling until the device ran out of memory (or the size
-  cap was reached), each backend in a fresh child process with the whole device to itself.
+  full-batch step) that ran, doubling until the device ran out of memory (or the size cap was
+  reached), each backend in a fresh child process with the whole device to itself.
 
 Every row names the device. A case that fails (say a size that does not fit) is a row with its
 error, so one failure does not lose the rest of a short GPU lease.
@@ -147,12 +148,16 @@ def step_rows(opts):
     rows = []
     for name, cases in groups(opts):
         rows += _time_group(name, {k: (size, lambda f=f: f(X, y, opts["batch"])) for k, (size, f) in cases.items()}, opts)
-    name, cases = dbk_group(opts)
-    rows += _time_group(name, cases, opts)
+    rows += _child(["dbk-steps", json.dumps(opts)], timeout=None, x64=True)  # float64: JAX's x64 mode
     return rows
 
 
-def _time_group(name, cases, opts):
+def dbk_rows(opts):
+    name, cases = dbk_group(opts)
+    return _time_group(name, cases, opts, dtype="float64")
+
+
+def _time_group(name, cases, opts, dtype="float32"):
     """Build each case, time its first step, then time the group's steps side by side."""
     import pyro
 
@@ -160,7 +165,7 @@ def _time_group(name, cases, opts):
     built, rows = {}, {}
     for label, (size, factory) in cases.items():
         row = {"suite": "gpu", "part": "steps", "group": name, "implementation": label, "size": size,
-               "device": harness.device_name(), "dtype": "float32", "repeats": opts["repeats"],
+               "device": harness.device_name(), "dtype": dtype, "repeats": opts["repeats"],
                "threads": harness.threads(), "batch": opts["batch"]}
         start = time.perf_counter()
         try:
@@ -190,7 +195,7 @@ def _time_group(name, cases, opts):
         if "floor" in seconds and label != "floor":
             rows[label]["vs_floor"] = value / seconds["floor"]
     for row in rows.values():
-        print(json.dumps({k: v for k, v in row.items() if k != "blocks"}), flush=True)  # progress on a short lease
+        print(json.dumps(row), flush=True)  # progress on a short lease (and the rows of a child process)
     built.clear()
     _release()
     return list(rows.values())
@@ -251,21 +256,30 @@ class _QSGP(runners.Runner):
 
 class _ExactDBK(runners.Runner):
     """Exact DBK (a 2 x 128 tanh MLP, r = 128) on ``n`` points of the 1-D step data, full batch,
-    through ``fit`` (its model's low-rank Gaussian likelihood and trace term)."""
+    through ``fit`` (its model's low-rank Gaussian likelihood and trace term), in float64 as
+    ``docs/usage.md`` advises for exact inference (NumPyro: in a process with ``JAX_ENABLE_X64``).
+    In float32 the model's r x r capacitance ``I + Phi^T Phi / sigma^2`` fails to factorise from
+    n of about 1e5."""
 
     def __init__(self, backend, n, name="dbk"):
         from sparsegp_common.data.step import step_data
 
-        lib, array = _lib(backend)
-        X, y = (array(a) for a in step_data(n, seed=0))
         if backend == "Pyro":
             import torch
 
-            net = lib.dbk.MLP(1, rank=DBK_RANK, dtype=torch.float32, seed=0).to(harness.DEVICE)
+            import pyro_sparsegp as lib
+            import pyro_sparsegp.dbk  # noqa: F401
+
+            X, y = (harness.tensor(a, dtype=torch.float64) for a in step_data(n, seed=0))
+            net = lib.dbk.MLP(1, rank=DBK_RANK, dtype=torch.float64, seed=0).to(harness.DEVICE)
         else:
             import jax.numpy as jnp
 
-            net = lib.dbk.MLP(1, rank=DBK_RANK, dtype=jnp.float32, seed=0)
+            import numpyro_sparsegp as lib
+            import numpyro_sparsegp.dbk  # noqa: F401
+
+            X, y = (jnp.asarray(a, dtype=jnp.float64) for a in step_data(n, seed=0))
+            net = lib.dbk.MLP(1, rank=DBK_RANK, dtype=jnp.float64, seed=0)
         dbk = lib.dbk.ExactDBK(net, name=name)
         self.fit = harness.FitSteps(lib.fit, dbk.model, dbk.guide, (X, y), lr=0.001)
 
@@ -277,14 +291,15 @@ class _ExactDBK(runners.Runner):
 
 
 class _GPyTorchExact(runners.Runner):
-    """GPyTorch's exact GP (RBF, ``ExactMarginalLogLikelihood``) on the same data: loss and gradient."""
+    """GPyTorch's exact GP (RBF, ``ExactMarginalLogLikelihood``) on the same data, in float64 as the
+    exact DBK: loss and gradient."""
 
     def __init__(self, n):
         from sparsegp_common.data.step import step_data
 
         from .dbk import _gpytorch_step
 
-        self._step = _gpytorch_step(*step_data(n, seed=0), device=harness.DEVICE)
+        self._step = _gpytorch_step(*step_data(n, seed=0), device=harness.DEVICE, dtype="float64")
 
     def step(self):
         return float(self._step().detach())
@@ -294,14 +309,12 @@ def _lib(backend):
     """The package of ``backend`` ("Pyro" or "NumPyro") and its float32 array maker on the device."""
     if backend == "Pyro":
         import pyro_sparsegp as lib
-        import pyro_sparsegp.dbk  # noqa: F401 - submodules used as lib.dbk, lib.vof
-        import pyro_sparsegp.vof  # noqa: F401
+        import pyro_sparsegp.vof  # noqa: F401 - used as lib.vof
 
         return lib, harness.tensor
     import jax.numpy as jnp
 
     import numpyro_sparsegp as lib
-    import numpyro_sparsegp.dbk  # noqa: F401
     import numpyro_sparsegp.vof  # noqa: F401
 
     return lib, lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float32)
@@ -329,25 +342,34 @@ def memory_rows(opts):
     rows = []
     for model, (start, cap) in opts["memory"].items():
         for backend in ("Pyro", "NumPyro"):
-            command = [sys.executable, "-m", "benchmarks.gpu", "memory", model, backend, str(start), str(cap),
-                       harness.DEVICE, str(harness.threads())]
-            env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}
             row = {"suite": "gpu", "part": "memory", "model": "SVGP (M)" if model == "svgp" else "exact DBK (n)",
                    "backend": backend, "device": harness.device_name(), "threads": harness.threads(), "cap": cap}
-            try:
-                done = subprocess.run(command, cwd=harness.REPO, env=env, capture_output=True, text=True,
-                                      timeout=opts["memory_seconds"])
-                stdout, why = done.stdout, done.returncode and (done.stderr.strip().splitlines() or ["failed"])[-1]
-            except subprocess.TimeoutExpired as stopped:
-                stdout, why = stopped.stdout or "", f"stopped after {opts['memory_seconds']} s"
-                stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
-            lines = stdout.strip().splitlines()
-            row.update(json.loads(lines[-1]) if lines else {})
-            if why:
-                row["why"] = why[:160]
+            lines = _child(["memory", model, backend, str(start), str(cap)], opts["memory_seconds"], row,
+                           x64=model == "dbk")
+            row.update(lines[-1] if lines else {})
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows
+
+
+def _child(args, timeout, failure=None, x64=False):
+    """``python -m benchmarks.gpu *args`` in a fresh process with the whole device (JAX allocating
+    as it goes; with ``x64``, JAX's 64-bit mode for the float64 exact DBK): the JSON lines it
+    printed. A failure or a timeout is noted in ``failure["why"]`` (raised when ``failure`` is None)."""
+    command = [sys.executable, "-m", "benchmarks.gpu", *args, harness.DEVICE, str(harness.threads())]
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95",
+           **({"JAX_ENABLE_X64": "1"} if x64 else {})}
+    try:
+        done = subprocess.run(command, cwd=harness.REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        stdout, why = done.stdout, done.returncode and (done.stderr.strip().splitlines() or ["failed"])[-1]
+    except subprocess.TimeoutExpired as stopped:
+        stdout, why = stopped.stdout or "", f"stopped after {timeout} s"
+        stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
+    if why and failure is None:
+        raise RuntimeError(f"python -m benchmarks.gpu {' '.join(args[:1])} failed: {why}")
+    if why:
+        failure["why"] = why[:160]
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def _probe(model, backend, start, cap):
@@ -394,12 +416,17 @@ def _probe(model, backend, start, cap):
 
 def main(argv=None):
     """``python -m benchmarks.gpu memory MODEL BACKEND START CAP DEVICE THREADS``: one memory probe
-    (:func:`_probe`), its result so far as the last line of JSON."""
+    (:func:`_probe`), its result so far as the last line of JSON; ``python -m benchmarks.gpu
+    dbk-steps OPTS DEVICE THREADS``: the exact-DBK group's rows (:func:`dbk_rows`), a JSON line each."""
     argv = sys.argv[1:] if argv is None else argv
-    _, model, backend, start, cap, device, threads = argv
+    *args, device, threads = argv
     harness.pin_threads(int(threads))
     harness.use_device(device)
-    _probe(model, backend, int(start), int(cap))
+    if args[0] == "memory":
+        _, model, backend, start, cap = args
+        _probe(model, backend, int(start), int(cap))
+    else:
+        dbk_rows(json.loads(args[1]))
 
 
 if __name__ == "__main__":

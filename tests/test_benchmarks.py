@@ -112,6 +112,7 @@ def test_gpu_quick(tmp_path):
         floor = [r for r in group if r["implementation"] == "floor"]
         if floor and row not in floor:
             assert row["vs_floor"] == pytest.approx(row["seconds"] / floor[0]["seconds"])
+    assert {row["dtype"] for row in steps if row["group"] == "exact DBK"} == {"float64"}  # as docs/usage.md runs it
     svgp = {row["implementation"] for row in steps if row["group"] == "SVGP"}
     assert svgp == {"ours (Pyro)", "ours (Pyro, SVI)", "ours (NumPyro, jit)", "ours (NumPyro, SVI)", "GPyTorch", "floor"}
     assert len(memory) == 4 and all(row["largest"] == row["cap"] and row["seconds"] > 0 for row in memory)
