@@ -71,7 +71,7 @@ def test_steps_quick(tmp_path):
         for key in ("ours_pyro", "ours_pyro_svi", "ours_numpyro", "ours_numpyro_svi"):
             assert row[f"ratio_{key}"] == pytest.approx(row["seconds_gpytorch"] / row[f"seconds_{key}"])
             assert row[f"floor_ratio_{key}"] == pytest.approx(row[f"seconds_{key}"] / row["seconds_floor"])
-        assert all(len(row[f"blocks_{key}"]) == row["repeats"] for key in ("floor", "gpytorch"))
+        assert all(len(row[f"blocks_{key}"]) == row["repeats"] for key in ("floor", "floor_fused", "gpytorch"))
         assert row["calls_ours_pyro"] > row["calls_floor"] > 0
 
 

@@ -121,6 +121,86 @@ def test_forward_mode_matches_jax_rules(rng):
     np.testing.assert_allclose(np.asarray(hess), np.asarray(jax.hessian(lambda A: (reference(A) ** 2).sum())(A)), rtol=1e-8, atol=1e-10)
 
 
+def _factor_and_solve(lib, fused, K, B):
+    if fused:
+        return lib.cholesky_and_solve(K, B, jitter=0.0)
+    L = lib.cholesky(K, jitter=0.0)
+    return L, lib.solve_lower(L, B)
+
+
+@pytest.mark.parametrize("batch_K,batch_B", [((), ()), ((), (2,)), ((2,), ()), ((2,), (2,)), ((1,), (3,))])
+@pytest.mark.parametrize("use_L", [False, True])
+def test_cholesky_and_solve_is_the_two_steps_with_their_gradient(rng, batch_K, batch_B, use_L):
+    """``cholesky_and_solve`` (one node, its own reverse mode) gives the values and gradients of
+    ``cholesky`` then ``solve_lower`` in both backends (JAX eager and jitted), float64, with the
+    factor unused or used elsewhere too, and batch axes broadcast either way."""
+    K, B = spd(rng, 6, batch_K), rng.normal(size=batch_B + (6, 4))
+    batch = np.broadcast_shapes(batch_K, batch_B)
+    WA, WL = rng.normal(size=batch + (6, 4)), rng.normal(size=batch_K + (6, 6))
+
+    def loss(lib, sin, fused):
+        def value(K, B):
+            L, A = _factor_and_solve(lib, fused, K, B)
+            return (sin(A) * WA_).sum() + ((L * WL_).sum() if use_L else 0.0)
+        return value
+
+    results = {}
+    for fused in (True, False):
+        Kt, Bt = (torch.tensor(a, requires_grad=True) for a in (K, B))
+        WA_, WL_ = torch.as_tensor(WA), torch.as_tensor(WL)
+        value = loss(pla, torch.sin, fused)(Kt, Bt)
+        value.backward()
+        results["torch", fused] = (value.item(), Kt.grad.numpy(), Bt.grad.numpy())
+        WA_, WL_ = jnp.asarray(WA), jnp.asarray(WL)
+        for jit in (False, True):
+            fn = jax.value_and_grad(loss(nla, jnp.sin, fused), argnums=(0, 1))
+            value, (gK, gB) = (jax.jit(fn) if jit else fn)(jnp.asarray(K), jnp.asarray(B))
+            results["jax", fused, jit] = (float(value), np.asarray(gK), np.asarray(gB))
+    reference = results["torch", False]
+    for key, (value, gK, gB) in results.items():
+        assert value == pytest.approx(reference[0], rel=1e-12), key
+        np.testing.assert_allclose(gK, reference[1], rtol=1e-9, atol=1e-12, err_msg=str(key))
+        np.testing.assert_allclose(gB, reference[2], rtol=1e-9, atol=1e-12, err_msg=str(key))
+        np.testing.assert_allclose(gK, np.swapaxes(gK, -1, -2), atol=1e-12, err_msg=str(key))
+
+
+def test_cholesky_and_solve_forward_mode(rng):
+    """JAX's forward mode (``jacfwd``, ``hessian``) goes through the fused step as through the two."""
+    K, B = jnp.asarray(spd(rng, 5)), jnp.asarray(rng.normal(size=(5, 3)))
+
+    def f(fused):
+        return lambda K: (_factor_and_solve(nla, fused, K, B)[1] ** 2).sum() + _factor_and_solve(nla, fused, K, B)[0].sum()
+
+    np.testing.assert_allclose(np.asarray(jax.jacfwd(f(True))(K)), np.asarray(jax.jacfwd(f(False))(K)), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(jax.hessian(f(True))(K)), np.asarray(jax.hessian(f(False))(K)), rtol=1e-8,
+                               atol=1e-10)
+
+
+def test_cholesky_and_solve_float32(rng):
+    """float32 values and gradients of a kernel-like matrix (jitter 1e-4) near the float64 ones."""
+    Z = rng.uniform(-2, 2, (40, 1))
+    K = np.exp(-0.5 * (Z - Z.T) ** 2) + 1e-4 * np.eye(40)
+    B, W = rng.normal(size=(40, 7)), rng.normal(size=(40, 7))
+
+    def grads(lib, array, grad):
+        return grad(lambda K, B: (lib.cholesky_and_solve(K, B, jitter=0.0)[1] * array(W)).sum(), array(K), array(B))
+
+    def torch_grad(fn, K, B):
+        K, B = K.requires_grad_(), B.requires_grad_()
+        fn(K, B).backward()
+        return K.grad.double().numpy(), B.grad.double().numpy()
+
+    def jax_grad(fn, K, B):
+        return tuple(np.asarray(g, dtype=np.float64) for g in jax.jit(jax.grad(fn, argnums=(0, 1)))(K, B))
+
+    expected = grads(pla, lambda a: torch.tensor(a, dtype=torch.float64), torch_grad)
+    for got in (grads(pla, lambda a: torch.tensor(a, dtype=torch.float32), torch_grad),
+                grads(nla, lambda a: jnp.asarray(a, dtype=jnp.float32), jax_grad)):
+        for g, e in zip(got, expected):
+            assert np.all(np.isfinite(g))
+            assert np.abs(g - e).max() <= 2e-2 * np.abs(e).max()
+
+
 def test_cholesky_gradient_matches_finite_differences(rng):
     A = spd(rng, 4)
     W = rng.normal(size=(4, 4))

@@ -58,3 +58,66 @@ def test_a_step_factorises_kuu_once_when_whitened(backend, factorisations, white
         factorisations.clear()
         loss()
         assert len(factorisations) == count
+
+
+def _cubic_products(backend, loss, M):
+    """The ``M x M`` by ``M x M`` matrix products of a loss and its gradient (Pyro: aten ``mm`` /
+    ``bmm`` calls seen by the profiler; NumPyro: ``dot_general`` equations of the gradient's jaxpr)."""
+    if backend.name == "pyro":
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            loss().backward()
+        square = [M, M]
+        return sum(e.name in ("aten::mm", "aten::bmm") and len(e.input_shapes) >= 2
+                   and e.input_shapes[0][-2:] == square and e.input_shapes[1][-2:] == square for e in prof.events())
+    jaxpr = loss()
+    found = 0
+    for eqn in _equations(jaxpr.jaxpr):
+        if eqn.primitive.name == "dot_general":
+            shapes = [tuple(v.aval.shape[-2:]) for v in eqn.invars]
+            found += all(shape == (M, M) for shape in shapes)
+    return found
+
+
+def _equations(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else (param,):
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None:
+                    yield from _equations(getattr(inner, "jaxpr", inner))
+
+
+def test_a_whitened_step_multiplies_no_m_by_m_matrices(backend):
+    """The whitened SVGP's gradient of ``Kuu`` comes from ``cholesky_and_solve`` without the
+    ``L^T L_bar`` product of differentiating the factorisation and the solve one after the other:
+    no ``M x M x M`` product in ``GPModel``'s loss and gradient (one was there before)."""
+    M = 7
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-2, 2, (30, 1)), rng.standard_normal(30)
+    args = backend.array(X), backend.array(y)
+    backend.reset()
+    gp_model = backend.lib.GPModel(backend.svgp(X[:M].copy()), backend.lib.Gaussian(variance=0.1))
+    if backend.name == "pyro":
+        import pyro
+
+        def loss():
+            return pyro.infer.Trace_ELBO().differentiable_loss(gp_model.model, gp_model.guide, *args)
+
+        loss()
+    else:
+        import jax
+        import numpyro
+
+        elbo = numpyro.infer.Trace_ELBO()
+        svi = numpyro.infer.SVI(gp_model.model, gp_model.guide, numpyro.optim.Adam(0.01), elbo)
+        params = svi.get_params(svi.init(jax.random.PRNGKey(0), *args))
+
+        def loss():
+            return jax.make_jaxpr(jax.grad(lambda p: elbo.loss(jax.random.PRNGKey(1), p, gp_model.model,
+                                                                gp_model.guide, *args)))(params)
+
+    assert _cubic_products(backend, loss, M) == 0

@@ -97,10 +97,36 @@ def _escalating_cholesky_jvp(levels, message, primals, tangents):
 
 def _cholesky_tangent(L, dA):
     """``dL = L Phi(L^-1 dA L^-T)`` (Phi: the lower triangle, half the diagonal)."""
+    return L @ _phi_inner(L, dA)
+
+
+def _phi_inner(L, dA):
+    """``Phi(L^-1 dA L^-T)`` for the symmetric part of ``dA``: ``L^-1 dL``."""
     dA = 0.5 * (dA + dA.mT)
     inner = solve_lower(L, solve_lower(L, dA).mT)
-    phi = jnp.tril(inner) - 0.5 * jnp.eye(L.shape[-1], dtype=L.dtype) * inner
-    return L @ phi
+    return jnp.tril(inner) - 0.5 * jnp.eye(L.shape[-1], dtype=L.dtype) * inner
+
+
+def cholesky_and_solve(K, B, levels, message):
+    """See :func:`sparsegp_common.linalg.cholesky_and_solve`."""
+    return _cholesky_and_solve(K, B, tuple(levels), message)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def _cholesky_and_solve(K, B, levels, message):
+    L = cholesky(K, levels, message, K.dtype)
+    return L, solve_lower(L, B)
+
+
+@_cholesky_and_solve.defjvp
+def _cholesky_and_solve_jvp(levels, message, primals, tangents):
+    # dL = L P and dA = L^-1 dB - P A with P = Phi(L^-1 dK L^-T): transposed by JAX, the cotangent
+    # of K is that of sparsegp_common.linalg.cholesky_and_solve_cotangents (the term L^T L_bar
+    # only where L is used), and forward mode (jax.jvp, jax.hessian) still works
+    (K, B), (dK, dB) = primals, tangents
+    L, A = _cholesky_and_solve(K, B, levels, message)
+    P = _phi_inner(L, dK)
+    return (L, A), (L @ P, solve_lower(L, dB) - P @ A)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))

@@ -19,6 +19,11 @@ def cholesky(A, levels, message, dtype):
     raise CholeskyError(message)
 
 
+def cholesky_and_solve(K, B, levels, message):
+    L = cholesky(K, levels, message, K.dtype)
+    return L, solve_lower(L, B)
+
+
 def precise_matmul(a, b):
     return a @ b
 

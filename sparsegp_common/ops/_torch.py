@@ -28,6 +28,39 @@ def cholesky(A, levels, message, dtype):
     raise CholeskyError(message)
 
 
+def cholesky_and_solve(K, B, levels, message):
+    """See :func:`sparsegp_common.linalg.cholesky_and_solve`: one autograd node when differentiated."""
+    if torch.is_grad_enabled() and (K.requires_grad or B.requires_grad):
+        return _CholeskyAndSolve.apply(K, B, levels, message)
+    L = cholesky(K, levels, message, K.dtype)
+    return L, solve_lower(L, B)
+
+
+class _CholeskyAndSolve(torch.autograd.Function):
+    """``(L, L^{-1} B)`` for ``L = chol(K + jitter I)``, backward by
+    :func:`sparsegp_common.linalg.cholesky_and_solve_cotangents`."""
+
+    @staticmethod
+    def forward(ctx, K, B, levels, message):
+        L = cholesky(K, levels, message, K.dtype)
+        A = solve_lower(L, B)
+        ctx.save_for_backward(L, A)
+        ctx.shapes = (K.shape, B.shape)
+        ctx.set_materialize_grads(False)  # an unused L gets None, not an M x M buffer of zeros
+        return L, A
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, L_bar, A_bar):
+        from ..linalg import cholesky_and_solve_cotangents
+
+        L, A = ctx.saved_tensors
+        K_bar, B_bar = cholesky_and_solve_cotangents(L, A, L_bar, A_bar)
+        # inputs broadcast over the other's batch get the sum over it
+        return (*(None if g is None else g.sum_to_size(shape) for g, shape in zip((K_bar, B_bar), ctx.shapes)),
+                None, None)
+
+
 def precise_matmul(a, b):
     # torch's default keeps float32 products in full precision (allow_tf32 is off for matmul)
     return a @ b
