@@ -47,16 +47,18 @@ def cholesky_and_solve_cotangents(L, A, L_bar=None, A_bar=None):
     ``Phi`` taking the lower triangle and half the diagonal (Murray, 2016, "Differentiation of
     the Cholesky decomposition", eq. 10), and ``B_bar = L^{-T} A_bar``.
     """
-    xp = namespace(L)
-    B_bar = None if A_bar is None else solve_lower(L, A_bar, transpose=True)
-    P = None if A_bar is None else -_sum_to(A_bar @ A.mT, tuple(L.shape))  # over B's batch axes that L lacks
+    xp, ops = namespace(L), backend(L)
+    B_bar = None if A_bar is None else ops.solve_lower(L, A_bar, True)
+    P = None if A_bar is None else -(A_bar @ A.mT)
+    if P is not None and tuple(P.shape) != tuple(L.shape):
+        P = _sum_to(P, tuple(L.shape))  # over B's batch axes that L lacks
     if L_bar is not None:
         P = L.mT @ L_bar if P is None else P + L.mT @ L_bar
     if P is None:
         return None, None
     low = xp.tril(P)
     sym = low + low.mT - P * xp.eye(P.shape[-1], dtype=P.dtype, device=device(P))  # Phi(P) + Phi(P)^T
-    return 0.5 * solve_lower(L, solve_lower(L, sym, transpose=True).mT, transpose=True).mT, B_bar
+    return 0.5 * ops.solve_lower(L, ops.solve_lower(L, sym, True).mT, True).mT, B_bar
 
 
 def _sum_to(x, shape):
