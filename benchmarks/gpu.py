@@ -18,6 +18,10 @@ so and measures on the CPU (``--device cpu``, smaller sizes).
 * ``memory``: the largest SVGP ``M`` (one ``fit`` step, batch 1024) and exact-DBK ``n`` (one
   full-batch step) that ran, doubling until the device ran out of memory (or the size cap was
   reached), each backend in a fresh child process with the whole device to itself.
+* ``startup``: NumPyro's time to its first step through ``fit`` (SVGP-1024 on a GPU), each in a
+  fresh process: as it is, without XLA's GPU autotuning, with cuBLAS instead of Triton for the
+  products, and with JAX's persistent compilation cache (a first process filling it, a second
+  reading it), beside the step time each setting gives.
 
 Every row names the device. A case that fails (say a size that does not fit) is a row with its
 error, so one failure does not lose the rest of a short GPU lease.
@@ -35,7 +39,7 @@ from . import decoupled, harmonic, harness, runners
 from .steps import Floor
 
 DATASET = "kin40k"
-PARTS = ("steps", "memory")
+PARTS = ("steps", "memory", "startup")
 DBK_RANK = 128
 
 
@@ -45,15 +49,18 @@ def settings(quick):
     if harness.tiny():
         return {"svgp": (64,), "svi": (64,), "decoupled": ((128, 16), 64), "hvgp": 16, "vof": 64, "qsgp": 1000,
                 "dbk": (2000, 1000), "memory": {"svgp": (64, 128), "dbk": (1000, 2000)},
-                **timing, "batch": 256, "repeats": 2, "block_seconds": 0.05, "warmup": 1, "memory_seconds": 120}
+                **timing, "batch": 256, "repeats": 2, "block_seconds": 0.05, "warmup": 1, "memory_seconds": 120,
+                "startup_M": 16, "startup_variants": ("default", "compilation cache, first process",
+                                                      "compilation cache, second process")}
     if harness.DEVICE == "cpu":  # what 2 CPU threads measure in minutes
         return {"svgp": (256,) if quick else (256, 1024), "svi": (256, 1024), "decoupled": ((2048, 128), 256),
                 "hvgp": 128, "vof": 256, "qsgp": 10_000, "dbk": (10_000, 10_000),
                 "memory": {"svgp": (1024,) * 2 if quick else (1024, 2048), "dbk": (10_000, 100_000)},
-                "memory_seconds": 300, **timing}
+                "memory_seconds": 300, "startup_M": 256, "startup_variants": tuple(STARTUP_VARIANTS), **timing}
     return {"svgp": (1024,) if quick else (1024, 4096, 8192), "svi": (1024,), "decoupled": ((16384, 128), 1024),
             "hvgp": 1024, "vof": 1024, "qsgp": 100_000, "dbk": (1_000_000, 10_000),
             "memory": {"svgp": (8192, 2**17 if quick else 2**18), "dbk": (2**22, 2**30)}, "memory_seconds": 40,
+            "startup_M": 1024, "startup_variants": tuple(STARTUP_VARIANTS),
             **timing, "repeats": 5, "block_seconds": 0.4}
 
 
@@ -61,6 +68,10 @@ COLUMNS = [
     ("group", "group", "{}"), ("implementation", "implementation", "{}"), ("size", "size", "{}"),
     ("seconds per step", "seconds", "{:.5f}"), ("GPyTorch / this", "vs_gpytorch", "{:.2f}"),
     ("this / floor", "vs_floor", "{:.2f}"), ("first step", "first_step", "{:.1f} s"), ("error", "error", "{}"),
+]
+STARTUP_COLUMNS = [
+    ("variant", "variant", "{}"), ("import and load", "load", "{:.1f} s"), ("build to first step", "first_step", "{:.1f} s"),
+    ("seconds per step after", "seconds", "{:.5f}"), ("why", "why", "{}"),
 ]
 MEMORY_COLUMNS = [
     ("model", "model", "{}"), ("backend", "backend", "{}"), ("largest that ran", "largest", "{}"),
@@ -76,9 +87,13 @@ def title(rows):
 def tables(rows):
     steps = [r for r in rows if r["part"] == "steps"]
     memory = [r for r in rows if r["part"] == "memory"]
+    startup = [r for r in rows if r["part"] == "startup"]
     out = [(title(steps), COLUMNS, steps)] if steps else []
     if memory:
         out.append((f"gpu memory: the largest size one step ran at, {memory[0]['device']}", MEMORY_COLUMNS, memory))
+    if startup:
+        out.append((f"gpu startup: NumPyro's SVGP-{startup[0]['M']} through fit, each in a fresh process, "
+                    f"{startup[0]['device']}", STARTUP_COLUMNS, startup))
     return out
 
 
@@ -91,6 +106,8 @@ def run(quick, parts=PARTS):
         rows += step_rows(opts)
     if "memory" in parts:
         rows += memory_rows(opts)
+    if "startup" in parts:
+        rows += startup_rows(opts)
     return rows
 
 
@@ -352,12 +369,14 @@ def memory_rows(opts):
     return rows
 
 
-def _child(args, timeout, failure=None, x64=False):
+def _child(args, timeout, failure=None, x64=False, xla_flags=""):
     """``python -m benchmarks.gpu *args`` in a fresh process with the whole device (JAX allocating
-    as it goes; with ``x64``, JAX's 64-bit mode for the float64 exact DBK): the JSON lines it
-    printed. A failure or a timeout is noted in ``failure["why"]`` (raised when ``failure`` is None)."""
+    as it goes; with ``x64``, JAX's 64-bit mode for the float64 exact DBK; ``xla_flags`` added to
+    ``XLA_FLAGS``): the JSON lines it printed. A failure or a timeout is noted in
+    ``failure["why"]`` (raised when ``failure`` is None)."""
     command = [sys.executable, "-m", "benchmarks.gpu", *args, harness.DEVICE, str(harness.threads())]
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95",
+           "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {xla_flags}".strip(),
            **({"JAX_ENABLE_X64": "1"} if x64 else {})}
     try:
         done = subprocess.run(command, cwd=harness.REPO, env=env, capture_output=True, text=True, timeout=timeout)
@@ -370,6 +389,59 @@ def _child(args, timeout, failure=None, x64=False):
     if why:
         failure["why"] = why[:160]
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+# -- startup --------------------------------------------------------------------------------------
+
+# NumPyro's first step under XLA settings a user can choose: (XLA flags, compilation cache)
+STARTUP_VARIANTS = {
+    "default": ("", False),
+    "no autotuning (--xla_gpu_autotune_level=0)": ("--xla_gpu_autotune_level=0", False),
+    "cuBLAS products (--xla_gpu_enable_triton_gemm=false)": ("--xla_gpu_enable_triton_gemm=false", False),
+    "compilation cache, first process": ("", True),
+    "compilation cache, second process": ("", True),
+}
+
+
+def startup_rows(opts):
+    """NumPyro's SVGP-``startup_M`` through ``fit``, each variant of :data:`STARTUP_VARIANTS` in a
+    fresh process: seconds to import and load, from building the runner to the end of its first
+    step, and per step after (the settings may cost speed)."""
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        for name in opts["startup_variants"]:  # the GPU flags do nothing on a CPU: the tiny run leaves them out
+            flags, cached = STARTUP_VARIANTS[name]
+            row = {"suite": "gpu", "part": "startup", "variant": name, "M": opts["startup_M"],
+                   "device": harness.device_name(), "threads": harness.threads(), "dtype": "float32"}
+            lines = _child(["first-step", str(opts["startup_M"]), cache if cached else "-"], opts["memory_seconds"],
+                           row, xla_flags=flags)
+            row.update(lines[-1] if lines else {})
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def _first_step(M, cache):
+    """In a fresh process: seconds to import JAX and load the data, to the end of the first step
+    of NumPyro's SVGP-``M`` through ``fit`` from building it, and the median step after."""
+    start = time.perf_counter()
+    import jax
+
+    if cache != "-":
+        jax.config.update("jax_compilation_cache_dir", cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    problem = harness.regression_problem(DATASET)
+    X, y = problem["X_train"], problem["y_train"]
+    Z = harness.inducing_inputs(X, M)
+    loaded = time.perf_counter()
+    runner = runners.OursNumPyro(X, y, Z, 1024, 0.01)
+    runner.step()
+    first = time.perf_counter()
+    blocks = harness.time_steps({"step": runner.step}, 3, 0.2, warmup=1)["step"]
+    runner.close()
+    print(json.dumps({"load": loaded - start, "first_step": first - loaded, "seconds": harness.median(blocks)}))
 
 
 def _probe(model, backend, start, cap):
@@ -417,7 +489,9 @@ def _probe(model, backend, start, cap):
 def main(argv=None):
     """``python -m benchmarks.gpu memory MODEL BACKEND START CAP DEVICE THREADS``: one memory probe
     (:func:`_probe`), its result so far as the last line of JSON; ``python -m benchmarks.gpu
-    dbk-steps OPTS DEVICE THREADS``: the exact-DBK group's rows (:func:`dbk_rows`), a JSON line each."""
+    dbk-steps OPTS DEVICE THREADS``: the exact-DBK group's rows (:func:`dbk_rows`), a JSON line each;
+    ``python -m benchmarks.gpu first-step M CACHE DEVICE THREADS``: :func:`_first_step` (CACHE a
+    directory, or ``-`` for none)."""
     argv = sys.argv[1:] if argv is None else argv
     *args, device, threads = argv
     harness.pin_threads(int(threads))
@@ -425,6 +499,8 @@ def main(argv=None):
     if args[0] == "memory":
         _, model, backend, start, cap = args
         _probe(model, backend, int(start), int(cap))
+    elif args[0] == "first-step":
+        _first_step(int(args[1]), args[2])
     else:
         dbk_rows(json.loads(args[1]))
 

@@ -91,7 +91,8 @@ def test_startup_quick(tmp_path):
 @pytest.mark.slow
 def test_gpu_quick(tmp_path):
     """Every method's group runs (on the CPU here, saying so), each row names the device, the
-    ratios are those of the group's own GPyTorch and floor, and the memory probes reach their caps."""
+    ratios are those of the group's own GPyTorch and floor, the memory probes reach their caps, and
+    each startup variant's fresh process reports its times."""
     import torch
 
     stdout, rows = run_suite("gpu", tmp_path)
@@ -116,6 +117,10 @@ def test_gpu_quick(tmp_path):
     svgp = {row["implementation"] for row in steps if row["group"] == "SVGP"}
     assert svgp == {"ours (Pyro)", "ours (Pyro, SVI)", "ours (NumPyro, jit)", "ours (NumPyro, SVI)", "GPyTorch", "floor"}
     assert len(memory) == 4 and all(row["largest"] == row["cap"] and row["seconds"] > 0 for row in memory)
+    startup = [row for row in rows if row["part"] == "startup"]
+    assert [row["variant"] for row in startup] == ["default", "compilation cache, first process",
+                                                   "compilation cache, second process"]
+    assert all(row["load"] > 0 and row["first_step"] > 0 and row["seconds"] > 0 for row in startup)
     assert sum(line.startswith("| SVGP |") for line in table_lines(stdout)) == len(svgp)
 
 
