@@ -237,7 +237,17 @@ class _Floor(runners.Runner):
         return self._floor.step()
 
 
-class _Hermite(runners.Runner):
+class _FitRunner(runners.Runner):
+    """A runner whose steps are those of ``self.fit`` (a :class:`~benchmarks.harness.FitSteps`)."""
+
+    def step(self):
+        return self.fit.step()
+
+    def close(self):
+        self.fit.close()
+
+
+class _Hermite(_FitRunner):
     """An SVGP on Hermite orthogonal features (``Kuu = I``, diagonal ``S``) trained by ``fit``."""
 
     def __init__(self, backend, X, y, M, batch):
@@ -249,14 +259,8 @@ class _Hermite(runners.Runner):
                             lib.Gaussian(variance=runners.NOISE, name="hermite_likelihood"), num_data=len(X))
         self.fit = harness.FitSteps(lib.fit, model.model, model.guide, (array(X), array(y)), batch_size=batch, lr=0.01)
 
-    def step(self):
-        return self.fit.step()
 
-    def close(self):
-        self.fit.close()
-
-
-class _QSGP(runners.Runner):
+class _QSGP(_FitRunner):
     """A QSGP (random Fourier features, ``num_dense`` 10) with the quadruply stochastic loss."""
 
     def __init__(self, backend, X, y, m, batch):
@@ -264,14 +268,8 @@ class _QSGP(runners.Runner):
 
         self.fit, _ = qsgp.qsgp_fit(backend.lower(), X, y, m, qsgp.NUM_DENSE, 1000, 500, batch)
 
-    def step(self):
-        return self.fit.step()
 
-    def close(self):
-        self.fit.close()
-
-
-class _ExactDBK(runners.Runner):
+class _ExactDBK(_FitRunner):
     """Exact DBK (a 2 x 128 tanh MLP, r = 128) on ``n`` points of the 1-D step data, full batch,
     through ``fit`` (its model's low-rank Gaussian likelihood and trace term), in float64 as
     ``docs/usage.md`` advises for exact inference (NumPyro: in a process with ``JAX_ENABLE_X64``).
@@ -299,12 +297,6 @@ class _ExactDBK(runners.Runner):
             net = lib.dbk.MLP(1, rank=DBK_RANK, dtype=jnp.float64, seed=0)
         dbk = lib.dbk.ExactDBK(net, name=name)
         self.fit = harness.FitSteps(lib.fit, dbk.model, dbk.guide, (X, y), lr=0.001)
-
-    def step(self):
-        return self.fit.step()
-
-    def close(self):
-        self.fit.close()
 
 
 class _GPyTorchExact(runners.Runner):
