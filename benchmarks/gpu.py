@@ -48,7 +48,7 @@ def settings(quick):
     timing = {"batch": 1024, "repeats": 3, "block_seconds": 0.3, "warmup": 2}
     if harness.tiny():
         return {"svgp": (64,), "svi": (64,), "decoupled": ((128, 16), 64), "hvgp": 16, "vof": 64, "qsgp": 1000,
-                "dbk": (2000, 1000), "memory": {"svgp": (64, 128), "dbk": (1000, 2000)},
+                "dbk": (2000, 1000), "memory": {"svgp": (128, 128), "dbk": (2000, 2000)},
                 **timing, "batch": 256, "repeats": 2, "block_seconds": 0.05, "warmup": 1, "memory_seconds": 120,
                 "startup_M": 16, "startup_variants": ("default", "compilation cache, first process",
                                                       "compilation cache, second process")}

@@ -43,6 +43,8 @@ def pin_threads(num_threads=2):
     """
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(num_threads)
+    if not tiny():  # first steps are timed with empty caches (a tiny run is a test: let it use one)
+        os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
     flags = os.environ.get("XLA_FLAGS", "").split()
     flags = [f for f in flags if "multi_thread_eigen" not in f and "intra_op_parallelism_threads" not in f]
     flags += ["--xla_cpu_multi_thread_eigen=true", f"intra_op_parallelism_threads={num_threads}"]

@@ -1,4 +1,15 @@
+import atexit
 import os
+import shutil
+import tempfile
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    # One persistent compilation cache for the run (the xdist workers and the tutorials and benchmarks
+    # run as subprocesses inherit it): every fit jits a new update function, and identical programs
+    # of later tests and processes are read back instead of compiled again. Removed at the end.
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparsegp-jax-cache-")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # eager operations too
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one thread per worker: oversubscribed torch threads spin
     # in the environment too, for the tutorials and benchmarks the tests run as subprocesses
