@@ -19,13 +19,17 @@ class _Trainer(Trainer):
     """An ``SVI`` state, one jit-compiled ``SVI.update`` per step (the batch gathered inside it:
     one dispatch per step), and the final values written back into the library objects."""
 
-    def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
+    def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, compiled,
+                 kwargs):
         if loss is not None and not isinstance(loss, numpyro.infer.elbo.ELBO):
             raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
         self.data, self.plan = tuple(None if a is None else jnp.asarray(a) for a in data), plan
         optim = _Grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups,
                          getattr(loss, "check_optimiser", lambda *_: None))
         self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
+        if compiled is False:
+            raise ValueError("compiled=False: NumPyro's fit always runs its step as one jax.jit program; to step "
+                             "through it eagerly, call fit inside `with jax.disable_jit():`")
         self.update = jax.jit(lambda state, data, idx: self._update(state, *_take(data, idx), **kwargs))
         with _binds() as self.bound:  # the library objects the model and guide read their parameters through
             state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
@@ -72,6 +76,9 @@ fit = make_fit(
     _Trainer, __name__, ppl="NumPyro", how=", one jit-compiled ``SVI.update`` per step",
     loss="a NumPyro ELBO (``Trace_ELBO()`` by default).",
     optimizer="a NumPyro optimiser class taking the step size (``numpyro.optim.Adam`` by default).",
+    compiled="Always, here: the SVI update is one ``jax.jit``\n"
+             "            program (None or True; False is refused: to step through it eagerly, call ``fit``\n"
+             "            inside ``with jax.disable_jit():``).",
 )
 
 

@@ -2,6 +2,7 @@
 import torch
 
 from sparsegp_common.checks import ArrayChecks, one_of, positive_int, probabilities  # noqa: F401  (re-exported)
+from sparsegp_common.ops import _torch as ops
 
 
 def as_tensor(value, name, like=None):
@@ -32,8 +33,9 @@ def host(tensor):
 
 
 def all_true(predicate, tensor):
-    """``predicate(tensor).all()`` as a Python bool."""
-    return bool(predicate(tensor).all())
+    """``predicate(tensor).all()`` as a Python bool (True while a graph is captured: ``fit`` checks
+    all of its data before)."""
+    return not ops.is_concrete(tensor) or bool(predicate(tensor).all())
 
 
 finite, positive, inputs, observations, integer_valued, require = ArrayChecks(as_array, all_true, host).functions()

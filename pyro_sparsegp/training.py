@@ -1,5 +1,6 @@
 """``fit``: stochastic variational inference for any Pyro model/guide pair."""
 import os
+import warnings
 
 import pyro
 import torch
@@ -7,6 +8,8 @@ from pyro import poutine
 from torch.distributions import transform_to
 
 from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
+
+from . import captured
 
 __all__ = ["FitResult", "FitState", "fit"]
 
@@ -16,7 +19,8 @@ class _Trainer(Trainer):
     optimiser over them per optimiser class (one group per ``param_groups`` entry) and a
     learning-rate schedule for each."""
 
-    def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs):
+    def __init__(self, model, guide, data, plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, compiled,
+                 kwargs):
         self.model, self.guide, self.data, self.plan, self.kwargs = model, guide, tuple(data), plan, kwargs
         self.loss_fn = _loss_fn(loss)
         self.loss_state = loss if hasattr(loss, "state_dict") else None  # a loss with state between steps
@@ -35,16 +39,37 @@ class _Trainer(Trainer):
         self.opts = [cls(groups, lr=lr) for cls, groups in by_class.items()]
         self.schedules = [torch.optim.lr_scheduler.LambdaLR(opt, [s or _constant for s in schedules[cls]])
                           for cls, opt in zip(by_class, self.opts) if any(schedules[cls])]
+        self.captured = _captured(compiled, model, guide, loss, self.values, plan, kwargs)
 
     def step(self, i):
-        for opt in self.opts:
-            opt.zero_grad()
-        value = self.loss_fn(self.model, self.guide, *_batch(self.data, self.plan, i), **self.kwargs)
-        value.backward()
+        batch = _batch(self.data, self.plan, i)
+        replayed = self._replay(batch)
+        if replayed is None:  # traced: Pyro's handlers and autograd, as SVI runs a step
+            for opt in self.opts:
+                opt.zero_grad()
+            value = self.loss_fn(self.model, self.guide, *batch, **self.kwargs)
+            value.backward()
+        else:
+            value, grads = replayed
+            for p, g in zip(self.values, grads):
+                p.grad = g
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.values if p.grad is not None])
         for opt in self.opts + self.schedules:
             opt.step()
         return torch.stack([value.detach(), grad_norm.to(value.dtype)])
+
+    def _replay(self, batch):
+        """The captured step's ``(loss, grads)``, or None: not captured, or not finite here."""
+        if self.captured is None:
+            return None
+        try:
+            return self.captured(batch)
+        except Exception as error:  # recording failed: this model's steps are not one graph
+            if self.captured.explicit:
+                warnings.warn(f"fit(compiled=True): the step could not be captured ({type(error).__name__}: "
+                              f"{error}); running it traced", RuntimeWarning, stacklevel=2)
+            self.captured = None
+            return None
 
     def params(self):
         with torch.no_grad():
@@ -86,11 +111,30 @@ fit = make_fit(
     loss="a Pyro ELBO (``Trace_ELBO()`` by default) or a callable\n"
          "            ``loss(model, guide, *args, **kwargs) -> tensor``.",
     optimizer="a ``torch.optim.Optimizer`` class (``torch.optim.Adam`` by default).",
+    compiled="The loss and its gradient are recorded once as\n"
+             "            a graph of tensor operations (``torch.fx``'s ``make_fx``) and replayed without Pyro's\n"
+             "            handlers (:mod:`pyro_sparsegp.captured`). None (default): for a model/guide pair of\n"
+             "            one of the library's objects (``GPModel``, ``VOFModel``, ``CoxProcess``, ...) with\n"
+             "            ``Trace_ELBO``, when at least ``captured.MIN_STEPS = 200`` steps run; True: for any\n"
+             "            model whose steps run the same tensor operations every time (no Python branches on\n"
+             "            values; every guide site reparameterised); False: never. A replayed step that is\n"
+             "            not finite (a Cholesky factorisation needing more jitter) runs traced.",
 )
 
 
 def _constant(step):
     return 1.0
+
+
+def _captured(compiled, model, guide, loss, values, plan, kwargs):
+    """The captured step ``fit(compiled=...)`` asks for (see :mod:`pyro_sparsegp.captured`), or None."""
+    if compiled is None:
+        compiled = captured.automatic(model, guide, loss) and plan.num_steps >= captured.MIN_STEPS
+    elif compiled and not captured.supported(loss):
+        raise ValueError(f"fit(compiled=True) captures Trace_ELBO with one particle, not {type(loss).__name__}")
+    if not compiled:
+        return None
+    return captured.CapturedStep(model, guide, values, kwargs, explicit=compiled is True)
 
 
 def _loss_fn(loss):

@@ -290,6 +290,7 @@ FIT_DOC = """Train ``model``/``guide`` by SVI{how}.
         loss_every: read the loss back from the device every this many steps (reading waits for
             the step; 1 reads every step). ``FitResult.losses`` still holds every step's loss,
             and callbacks reading ``state.loss`` get it at once.
+        compiled: run each step as one compiled program. {compiled}
         **kwargs: passed to the model and guide (held fixed in NumPyro: the jit closes over them).
 
     Returns:
@@ -451,7 +452,7 @@ def make_fit(trainer, module, **doc):
         model, guide, data=(), *, num_steps=None, num_epochs=None, batch_size=None, loss=None, lr=0.01,
         lr_schedule=None, optimizer=None, callbacks=(), validation=None, eval_every=None, patience=None,
         restore_best=True, checkpoint=None, checkpoint_every=None, resume=False, seed=0, progress=True,
-        loss_every=10, param_groups=None, **kwargs,
+        loss_every=10, param_groups=None, compiled=None, **kwargs,
     ):
         plan = make_plan(tuple(data), batch_size, num_steps, num_epochs, seed)
         check_fit_options(validation, eval_every, checkpoint, checkpoint_every, resume, loss_every)
@@ -460,7 +461,7 @@ def make_fit(trainer, module, **doc):
         checkpoint_every = interval(checkpoint_every, plan, "checkpoint_every")
         tracker = EarlyStopping(patience)
         run = trainer(model, guide, data, plan, loss=loss, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer,
-                      param_groups=param_groups, seed=seed, kwargs=kwargs)
+                      param_groups=param_groups, seed=seed, compiled=compiled, kwargs=kwargs)
         losses, start, best = [], 0, None
         if resume and os.path.exists(checkpoint):
             start, losses, best = run.load(checkpoint, tracker)
@@ -494,8 +495,9 @@ def make_fit(trainer, module, **doc):
 
 class Trainer:
     """The backend's side of ``fit`` (:func:`make_fit`): built as ``Trainer(model, guide, data,
-    plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, kwargs)``, it creates the
-    parameters (running the model and guide once on the first batch) and the optimiser, and
+    plan, *, loss, lr, lr_schedule, optimizer, param_groups, seed, compiled, kwargs)``, it creates the
+    parameters (running the model and guide once on the first batch), the optimiser and, as
+    ``compiled`` asks, the compiled step, and
     answers:
 
     * ``step(i)``: run 0-based step ``i``; returns its loss and the norm of its gradient (w.r.t.

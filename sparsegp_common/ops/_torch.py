@@ -2,6 +2,7 @@
 import math
 
 import torch
+from torch.fx.experimental import proxy_tensor as _proxy_tensor
 
 from ..linalg import CholeskyError as _CoreCholeskyError
 
@@ -21,6 +22,9 @@ def cholesky(A, levels, message, dtype):
     ``dtype`` and returned in ``A``'s."""
     work = A.to(dtype)
     eye = torch.eye(A.shape[-1], dtype=dtype, device=A.device)
+    if not is_concrete(A):  # recorded for a replay: no escalation; a failure is NaN (fit runs that step traced)
+        L, info = torch.linalg.cholesky_ex(work + levels[0] * eye)
+        return torch.where(info[..., None, None] == 0, L, math.nan).to(A.dtype)
     for level in levels:
         L, info = torch.linalg.cholesky_ex(work + level * eye)
         if not bool(info.any()):
@@ -67,7 +71,8 @@ def precise_matmul(a, b):
 
 
 def is_concrete(x):
-    return True
+    """False while a graph is captured (``make_fx``): values are not read back then."""
+    return _proxy_tensor.get_proxy_mode() is None
 
 
 def normal(key, shape, like):

@@ -1,0 +1,150 @@
+"""``fit``'s compiled path: Pyro's captured step (:mod:`pyro_sparsegp.captured`) takes the steps of
+the traced path, method by method, in float64 to 1e-8; it is chosen by default for the library's
+own objectives over long runs; a replay that is not finite runs traced. NumPyro's step is always
+compiled (``compiled=False`` is refused with advice)."""
+import numpy as np
+import pytest
+import torch
+
+from backends import BACKENDS
+from test_contract_methods import METHODS, build
+
+pyro = pytest.importorskip("pyro")
+psg = pytest.importorskip("pyro_sparsegp")
+captured = pytest.importorskip("pyro_sparsegp.captured")
+
+STEPS, BATCH = 5, 10  # 24 rows: batches of 10, 10 and 4, so two graphs
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """The outcomes of the captured step's calls: True (replayed), False (not finite: traced)."""
+    seen = []
+    call = captured.CapturedStep.__call__
+
+    def counted(self, batch):
+        out = call(self, batch)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(captured.CapturedStep, "__call__", counted)
+    return seen
+
+
+def pyro_fit(build_model, compiled, **options):
+    backend = BACKENDS["pyro"]()
+    backend.reset()
+    model, guide, args = build_model(backend)
+    result = psg.fit(model, guide, args, num_steps=STEPS, lr=0.05, progress=False, loss_every=1, seed=3,
+                     compiled=compiled, **options)
+    return result.losses, {k: backend.numpy(v) for k, v in result.params.items()}
+
+
+def assert_same_fit(a, b, rtol=1e-8):
+    np.testing.assert_allclose(a[0], b[0], rtol=rtol)
+    assert a[1].keys() == b[1].keys()
+    for name in a[1]:
+        np.testing.assert_allclose(a[1][name], b[1][name], rtol=rtol, atol=1e-10, err_msg=name)
+
+
+def exact_dbk(backend):
+    from test_contract_methods import data
+
+    X, y, _ = data()
+    prior = psg.dbk.ExactDBK(psg.dbk.MLP(2, rank=3))
+    return prior.model, prior.guide, (backend.array(X), backend.array(y))
+
+
+@pytest.mark.parametrize("method", METHODS + ["exact-dbk"])
+def test_captured_steps_are_the_traced_steps(method, replays):
+    """Minibatches of two shapes, the loss and every parameter after each step: as traced."""
+    def model(backend):
+        return exact_dbk(backend) if method == "exact-dbk" else build(backend.lib, backend.array, method)[:3]
+
+    batch = {} if method == "exact-dbk" else {"batch_size": BATCH}  # the exact DBK takes all rows
+    traced = pyro_fit(model, False, **batch)
+    assert replays == []
+    assert_same_fit(pyro_fit(model, True, **batch), traced)
+    assert replays == [True] * STEPS
+
+
+def test_captured_loss_and_gradients_are_trace_elbos(replays):
+    """At parameters moved off their initial values, the replayed loss and gradients are those of
+    ``Trace_ELBO`` (same draws: same seed), to 1e-10."""
+    backend = BACKENDS["pyro"]()
+    backend.reset()
+    model, guide, (X, y) = build(backend.lib, backend.array, "bernoulli")[:3]
+    with pyro.poutine.trace(param_only=True) as params:
+        pyro.infer.Trace_ELBO().differentiable_loss(model, guide, X, y)
+    values = [params.trace.nodes[n]["value"].unconstrained() for n in sorted(params.trace.nodes)]
+    with torch.no_grad():
+        for i, v in enumerate(values):
+            v.add_(0.05 * (i + 1))
+    step = captured.CapturedStep(model, guide, values, {})
+    for seed in (0, 1):
+        pyro.set_rng_seed(seed)
+        loss, grads = step((X, y))
+        pyro.set_rng_seed(seed)
+        expected = pyro.infer.Trace_ELBO().differentiable_loss(model, guide, X, y)
+        expected_grads = torch.autograd.grad(expected, values, allow_unused=True)
+        assert float(loss) == pytest.approx(float(expected.detach()), rel=1e-10)
+        for g, e in zip(grads, expected_grads):
+            assert (g is None) == (e is None)
+            if g is not None:
+                np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_factorisation_needing_more_jitter_runs_traced(replays):
+    """Inducing inputs that coincide: the recorded Cholesky (no escalation) fails, the step runs
+    traced (which escalates the jitter), and the fit is the traced one."""
+    def model(backend):
+        X, y = np.linspace(-2, 2, 24)[:, None], np.sin(np.linspace(-2, 2, 24))
+        Z = np.zeros((6, 1))  # Kuu = variance * ones: only the escalated jitter factorises it
+        gp = psg.GPModel(psg.SVGP(psg.RBF(), backend.array(Z), jitter=0.0), psg.Gaussian(), num_data=24)
+        return gp.model, gp.guide, (backend.array(X), backend.array(y))
+
+    traced = pyro_fit(model, False)
+    assert_same_fit(pyro_fit(model, True), traced)
+    assert replays and not any(replays)
+
+
+def test_the_default_captures_library_objectives_over_long_runs(replays, monkeypatch):
+    monkeypatch.setattr(captured, "MIN_STEPS", 8)  # the test's runs short, the rule the same
+    backend = BACKENDS["pyro"]()
+    backend.reset()
+    model, guide, args = build(backend.lib, backend.array, "svgp")[:3]
+    psg.fit(model, guide, args, num_steps=captured.MIN_STEPS, batch_size=BATCH, progress=False)
+    assert len(replays) == captured.MIN_STEPS and all(replays)
+    replays.clear()
+    psg.fit(model, guide, args, num_steps=3, progress=False)  # a short run: recording would not pay
+    psg.fit(model, guide, args, num_steps=captured.MIN_STEPS, progress=False, loss=pyro.infer.TraceMeanField_ELBO())
+    psg.fit(lambda *a: model(*a), guide, args, num_steps=captured.MIN_STEPS, progress=False)  # a user's model
+    assert replays == []
+
+
+def test_explicit_requests():
+    backend = BACKENDS["pyro"]()
+    backend.reset()
+    model, guide, args = build(backend.lib, backend.array, "svgp")[:3]
+    with pytest.raises(ValueError, match="compiled=True.*Trace_ELBO"):
+        psg.fit(model, guide, args, num_steps=2, progress=False, compiled=True, loss=pyro.infer.TraceMeanField_ELBO())
+
+    def guide_with_a_discrete_site(*a):
+        guide(*a)
+        pyro.sample("k", pyro.distributions.Categorical(logits=torch.zeros(3, dtype=torch.float64)))
+
+    def model_with_it(*a):
+        model(*a)
+        pyro.sample("k", pyro.distributions.Categorical(logits=torch.zeros(3, dtype=torch.float64)))
+
+    with pytest.warns(RuntimeWarning, match="could not be captured.*not reparameterised"):
+        result = psg.fit(model_with_it, guide_with_a_discrete_site, args, num_steps=2, progress=False, compiled=True)
+    assert np.isfinite(result.losses).all()
+
+
+def test_numpyro_always_compiles():
+    backend = BACKENDS["numpyro"]()
+    backend.reset()
+    model, guide, args = build(backend.lib, backend.array, "svgp")[:3]
+    with pytest.raises(ValueError, match="compiled=False.*jax.disable_jit"):
+        backend.lib.fit(model, guide, args, num_steps=1, progress=False, compiled=False)
