@@ -31,6 +31,7 @@ def automatic(model, guide, loss):
 
 
 def supported(loss):
+    """Whether the capture computes ``loss``: ``Trace_ELBO`` (None: ``fit``'s default) with one particle."""
     return loss is None or (type(loss) is pyro.infer.Trace_ELBO and loss.num_particles == 1)
 
 

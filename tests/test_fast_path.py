@@ -120,6 +120,9 @@ def test_the_default_captures_library_objectives_over_long_runs(replays, monkeyp
     psg.fit(model, guide, args, num_steps=captured.MIN_STEPS, progress=False, loss=pyro.infer.TraceMeanField_ELBO())
     psg.fit(lambda *a: model(*a), guide, args, num_steps=captured.MIN_STEPS, progress=False)  # a user's model
     assert replays == []
+    for method in METHODS:  # every objective's pair is captured by default
+        assert captured.automatic(*build(backend.lib, backend.array, method)[:2], None), method
+    assert captured.automatic(*exact_dbk(backend)[:2], None)
 
 
 def test_explicit_requests():
