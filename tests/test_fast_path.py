@@ -68,6 +68,22 @@ def test_captured_steps_are_the_traced_steps(method, replays):
     assert replays == [True] * STEPS
 
 
+def test_captured_steps_in_float32(replays):
+    """What users run on GPUs: a float32 SVGP's captured steps are its traced steps."""
+    from test_contract_methods import data
+
+    def model(backend):
+        X, y, Z = (torch.as_tensor(a, dtype=torch.float32) for a in data())
+        gp = psg.GPModel(psg.SVGP(psg.RBF(lengthscale=torch.ones(2)), Z), psg.Gaussian(variance=0.1), num_data=len(X))
+        return gp.model, gp.guide, (X, y)
+
+    traced = pyro_fit(model, False, batch_size=BATCH)
+    captured_fit = pyro_fit(model, True, batch_size=BATCH)
+    assert captured_fit[1]["gp.q_mu"].dtype == np.float32
+    assert_same_fit(captured_fit, traced, rtol=1e-6)
+    assert replays == [True] * STEPS
+
+
 def test_captured_loss_and_gradients_are_trace_elbos(replays):
     """At parameters moved off their initial values, the replayed loss and gradients are those of
     ``Trace_ELBO`` (same draws: same seed), to 1e-10."""
