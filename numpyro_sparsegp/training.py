@@ -10,6 +10,7 @@ from numpyro.infer import SVI, Trace_ELBO
 
 from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
+from . import captured
 from . import params as _params
 
 __all__ = ["FitResult", "FitState", "fit"]
@@ -27,10 +28,8 @@ class _Trainer(Trainer):
         optim = _Grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups,
                          getattr(loss, "check_optimiser", lambda *_: None))
         self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
-        if compiled is False:
-            raise ValueError("compiled=False: NumPyro's fit always runs its step as one jax.jit program; to step "
-                             "through it eagerly, call fit inside `with jax.disable_jit():`")
-        self.update = jax.jit(lambda state, data, idx: self._update(state, *_take(data, idx), **kwargs))
+        self.update = captured.compiled_update(lambda state, data, idx: self._update(state, *_take(data, idx), **kwargs),
+                                               compiled)
         with _binds() as self.bound:  # the library objects the model and guide read their parameters through
             state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
         if hasattr(loss, "with_initial_state"):  # a loss with state between steps: SVI's mutable state

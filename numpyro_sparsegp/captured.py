@@ -1,0 +1,12 @@
+"""``fit``'s compiled step, the twin of :mod:`pyro_sparsegp.captured`: in NumPyro the SVI update
+is always one ``jax.jit`` program (JAX traces it once per shape of the batch; nothing needs
+recording by hand)."""
+import jax
+
+
+def compiled_update(update, compiled):
+    """``jax.jit(update)`` for ``fit(compiled=None or True)``; ``compiled=False`` is refused."""
+    if compiled is False:
+        raise ValueError("compiled=False: NumPyro's fit always runs its step as one jax.jit program; to step "
+                         "through it eagerly, call fit inside `with jax.disable_jit():`")
+    return jax.jit(update)
