@@ -4,9 +4,11 @@ recording by hand)."""
 import jax
 
 
-def compiled_update(update, compiled):
-    """``jax.jit(update)`` for ``fit(compiled=None or True)``; ``compiled=False`` is refused."""
+def compiled_update(update, compiled, donate=False):
+    """``jax.jit(update)`` for ``fit(compiled=None or True)``; ``compiled=False`` is refused.
+    ``donate``: the state (the first argument) is donated, so that updates of a few rows of large
+    arrays happen in place."""
     if compiled is False:
         raise ValueError("compiled=False: NumPyro's fit always runs its step as one jax.jit program; to step "
                          "through it eagerly, call fit inside `with jax.disable_jit():`")
-    return jax.jit(update)
+    return jax.jit(update, donate_argnums=(0,) if donate else ())

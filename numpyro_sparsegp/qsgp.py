@@ -23,6 +23,7 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO, ELBO):
     __doc__ = core.QuadruplyStochasticELBO.__doc__ + """
     ``num_particles`` independent estimates are averaged (one, with control variates).
     """
+    STATE = STATE
 
     def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000,
                  num_particles=1):
@@ -47,6 +48,12 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO, ELBO):
 
         keys = jax.random.split(rng_key, self.num_particles)
         return {"loss": jnp.mean(self.vectorize_particles_fn(single, keys)), "mutable_state": None}
+
+    def step_draw(self, model, X, y, rng_key):
+        """The draw :meth:`loss_with_mutable_state` makes from SVI's step key ``rng_key`` (one
+        particle): for a step that gathers the rows it reads first (``fit``)."""
+        key = rng_key if self.control_variates is not None else jax.random.split(rng_key, 1)[0]
+        return self.draw(model, X, y, key=key)
 
     def with_initial_state(self, svi, svi_state, *args):
         """``svi_state`` with the control variates' first state (at its parameter values) in its

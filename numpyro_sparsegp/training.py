@@ -6,8 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
+from numpyro import handlers
 from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.svi import SVIState
 
+from sparsegp_common.inference import row_updates
 from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
 from . import captured
@@ -26,20 +29,46 @@ class _Trainer(Trainer):
             raise TypeError(f"loss must be a NumPyro ELBO, got {type(loss).__name__}")
         self.data, self.plan = tuple(None if a is None else jnp.asarray(a) for a in data), plan
         optim = _Grouped(optimizer or numpyro.optim.Adam, lr, lr_schedule, param_groups,
-                         getattr(loss, "check_optimiser", lambda *_: None))
+                         getattr(loss, "check_optimiser", lambda *_: None), _tables(loss, model))
         self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
-        self.update = captured.compiled_update(lambda state, data, idx: self._update(state, *_take(data, idx), **kwargs),
-                                               compiled)
         with _binds() as self.bound:  # the library objects the model and guide read their parameters through
             state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
         if hasattr(loss, "with_initial_state"):  # a loss with state between steps: SVI's mutable state
             state = loss.with_initial_state(self.svi, state, *_batch(self.data, plan, 0))
         # committed to its device, as the updates' outputs are: otherwise the second step compiles again
         self.state = jax.device_put(state, next(iter(jax.tree_util.tree_leaves(state)[0].devices())))
+        # by rows: the state's tables are updated in place (donated), so snapshots copy them
+        self.donated = optim.by_rows
+        step = self._rows_update if optim.by_rows else self._update
+        self.update = captured.compiled_update(lambda state, data, idx: step(state, *_take(data, idx), **kwargs),
+                                               compiled, donate=self.donated)
 
     def _update(self, state, *args, **kwargs):
         state, loss = self.svi.update(state, *args, **kwargs)
         return state, jnp.stack([loss, state.optim_state[2].astype(loss.dtype)])
+
+    def _rows_update(self, state, X, y, **kwargs):
+        """SVI's update with the q tables read, differentiated and updated at the step's rows only
+        (a loss with ``tables``, e.g. ``QuadruplyStochasticELBO``, and AdaGrad or SGD on them):
+        the same draws and, to round-off, the same step as ``_update``, in ``O(num_basis)``."""
+        svi, loss = self.svi, self.svi.loss
+        rng_key, step_key = jax.random.split(state.rng_key)
+        params, tables, mutable = svi.optim.get_params(state.optim_state), svi.optim.tables, state.mutable_state or {}
+        with handlers.substitute(data=svi.constrain_fn(params)):
+            drawn = loss.step_draw(svi.model, X, y, step_key)
+        rows = loss.rows(drawn, mutable.get(loss.STATE))
+        slices = {n: params[n][rows] for n in tables}
+
+        def objective(others, slices):
+            values = {**svi.constrain_fn({**params, **others}), **mutable}
+            out = loss.loss_with_mutable_state(step_key, values, svi.model, svi.guide, X, y, drawn=drawn,
+                                               gathered=(rows, tuple(slices[n] for n in tables)), **kwargs)
+            return out["loss"], out["mutable_state"]
+
+        others = {n: v for n, v in params.items() if n not in slices}
+        (value, mutable), grads = jax.value_and_grad(objective, argnums=(0, 1), has_aux=True)(others, slices)
+        optim_state = svi.optim.update_rows(grads, rows, state.optim_state)
+        return SVIState(optim_state, mutable, rng_key), jnp.stack([value, optim_state[2].astype(value.dtype)])
 
     def step(self, i):
         self.state, value = self.update(self.state, self.data, self.plan.indices(i))
@@ -49,7 +78,7 @@ class _Trainer(Trainer):
         return self.svi.get_params(self.state)
 
     def snapshot(self):
-        return self.state
+        return jax.tree_util.tree_map(jnp.copy, self.state) if self.donated else self.state
 
     def restore(self, best):
         self.state = best
@@ -107,11 +136,15 @@ def _step_size(lr, lr_schedule):
 class _Grouped(numpyro.optim._NumPyroOptim):
     """One NumPyro optimiser per parameter group (what ``optax.multi_transform`` does for optax),
     the groups split by site name when SVI hands over the parameters (one group without
-    ``param_groups``); its state also holds the last step's gradient norm, which ``fit`` checks."""
+    ``param_groups``); its state also holds the last step's gradient norm, which ``fit`` checks.
+    ``tables``: the names of tables a loss reads by rows; when each is in a group of its own
+    with AdaGrad (``momentum=0.0``) or SGD, those groups update only the rows a step read
+    (:meth:`update_rows`, ``by_rows``)."""
 
-    def __init__(self, optimizer, lr, lr_schedule, param_groups, check):
+    def __init__(self, optimizer, lr, lr_schedule, param_groups, check, tables=()):
         self.optimizer, self.lr, self.lr_schedule, self.param_groups = optimizer, lr, lr_schedule, param_groups
         self.check = check  # check(name, optimiser class, options): the loss's veto
+        self.tables, self.by_rows = tables, False
         self.update_with_value = False
         self.groups = None
 
@@ -123,15 +156,30 @@ class _Grouped(numpyro.optim._NumPyroOptim):
             for name in names:
                 self.check(name, cls, options)
             decay, schedule = options.pop("weight_decay", 0.0), options.pop("lr_schedule", self.lr_schedule)
-            self.groups.append((names, decay, cls(_step_size(lr, schedule), **options)))
+            rule = _row_rule(cls, options, decay) if set(names) <= set(self.tables) else None
+            optim = _Rows(rule, _step_size(lr, schedule)) if rule else cls(_step_size(lr, schedule), **options)
+            self.groups.append((names, decay, optim))
+        by_rows = {n for names, _, optim in self.groups if isinstance(optim, _Rows) for n in names}
+        self.by_rows = bool(self.tables) and by_rows >= set(self.tables)
         states = tuple(optim.init({n: params[n] for n in names}) for names, _, optim in self.groups)
         return jnp.array(0), states, jnp.zeros((), jnp.result_type(float))
 
     def update(self, g, state, value=None):
+        return self._step(g, None, state)
+
+    def update_rows(self, grads, rows, state):
+        """The step from ``grads = (others, tables)``: the gradient of every other parameter, and
+        that of each table at ``rows`` (the tables' groups then change only those rows)."""
+        return self._step({**grads[0], **grads[1]}, rows, state)
+
+    def _step(self, g, rows, state):
         i, states, last = state
         new = []
         for (names, decay, optim), sub in zip(self.groups, states):
             grads = {n: g[n] for n in names}
+            if isinstance(optim, _Rows) and rows is not None:
+                new.append(optim.update_rows(rows, grads, sub))
+                continue
             if decay:
                 values = optim.get_params(sub)
                 grads = {n: grads[n] + decay * values[n] for n in names}
@@ -142,6 +190,61 @@ class _Grouped(numpyro.optim._NumPyroOptim):
 
     def get_params(self, state):
         return {n: v for (_, _, optim), sub in zip(self.groups, state[1]) for n, v in optim.get_params(sub).items()}
+
+
+def _tables(loss, model):
+    """The names of the tables ``loss`` can read by rows (one particle), else ()."""
+    if not hasattr(loss, "step_draw") or getattr(loss, "num_particles", 1) != 1:
+        return ()
+    return loss.tables(model)
+
+
+def _row_rule(cls, options, decay):
+    """``"adagrad"`` or ``"sgd"`` where the optimiser moves only entries with a gradient, else None."""
+    if decay or set(options) - {"momentum"}:
+        return None
+    if cls is numpyro.optim.Adagrad and options.get("momentum", 0.9) == 0:
+        return "adagrad"
+    if cls is numpyro.optim.SGD and not options:
+        return "sgd"
+    return None
+
+
+class _Rows:
+    """AdaGrad (as NumPyro's with ``momentum=0.0``) or SGD on tables, stepping either densely
+    (:meth:`update`) or at given rows (:meth:`update_rows`,
+    :mod:`sparsegp_common.inference.row_updates`). State: ``(step, values, sums of squares)``."""
+
+    def __init__(self, rule, step_size):
+        self.rule, self.step_size = rule, step_size
+
+    def init(self, params):
+        squares = {n: jnp.zeros_like(v) for n, v in params.items()} if self.rule == "adagrad" else {}
+        return jnp.array(0), dict(params), squares
+
+    def _lr(self, i):
+        return self.step_size(i) if callable(self.step_size) else self.step_size
+
+    def update(self, grads, state):
+        i, values, squares = state
+        rows = {n: jnp.arange(v.shape[0]) for n, v in values.items()}
+        return self._apply(i, values, squares, rows, grads)
+
+    def update_rows(self, rows, grads, state):
+        i, values, squares = state
+        return self._apply(i, values, squares, {n: rows for n in values}, grads)
+
+    def _apply(self, i, values, squares, rows, grads):
+        lr, values, squares = self._lr(i), dict(values), dict(squares)
+        for n in values:
+            if self.rule == "adagrad":
+                values[n], squares[n] = row_updates.adagrad_rows(values[n], squares[n], rows[n], grads[n], lr)
+            else:
+                values[n] = row_updates.sgd_rows(values[n], rows[n], grads[n], lr)
+        return i + 1, values, squares
+
+    def get_params(self, state):
+        return state[1]
 
 
 def _batch(data, plan, step):

@@ -26,6 +26,18 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO):
         loss, self.state = self.negative_elbo(model, X, y, state=self.state, **kwargs)
         return loss
 
+    def by_rows(self, model, guide, X, y, tables):
+        """One estimate reading only the rows of the q ``tables`` (their tensors, in the order of
+        :meth:`tables`) that it needs: ``(loss, rows, slices)``, ``slices`` being new leaf tensors of
+        the tables at the sorted ``rows``, whose ``grad`` the loss's backward fills (``fit``'s
+        strict ``O(1)`` step)."""
+        if self.control_variates is not None and self.state is None:
+            self.state = self.initial_state(model, X, y)
+        drawn = self.draw(model, X, y)
+        rows = self.rows(drawn, self.state)
+        slices = [table.detach()[rows].requires_grad_() for table in tables]
+        return self(model, guide, X, y, drawn=drawn, gathered=(rows, slices)), rows, slices
+
     def loss(self, model, guide, *args, **kwargs):
         """The loss as a float."""
         with torch.no_grad():

@@ -1,4 +1,5 @@
 """``fit``: stochastic variational inference for any Pyro model/guide pair."""
+import contextlib
 import os
 import warnings
 
@@ -37,14 +38,23 @@ class _Trainer(Trainer):
                 getattr(loss, "check_optimiser", lambda *_: None)(name, cls, options)
             by_class.setdefault(cls, []).append({"params": [by_name[n] for n in group], "lr": group_lr, **options})
         self.opts = [cls(groups, lr=lr) for cls, groups in by_class.items()]
+        self.tables = _tables(loss, model, by_name, by_class)
         self.schedules = [torch.optim.lr_scheduler.LambdaLR(opt, [s or _constant for s in schedules[cls]])
                           for cls, opt in zip(by_class, self.opts) if any(schedules[cls])]
         self.captured = _captured(compiled, model, guide, loss, self.values, plan, kwargs)
 
     def step(self, i):
         batch = _batch(self.data, self.plan, i)
-        replayed = self._replay(batch)
-        if replayed is None:  # traced: Pyro's handlers and autograd, as SVI runs a step
+        replayed = None if self.tables else self._replay(batch)
+        if self.tables:  # the q tables read, differentiated and updated at the step's rows only
+            for opt in self.opts:
+                opt.zero_grad()
+            value, rows, slices = self.loss_fn.by_rows(self.model, self.guide, *batch, tables=self.tables)
+            value.backward()
+            for table, piece in zip(self.tables, slices):
+                grad = torch.zeros_like(piece) if piece.grad is None else piece.grad
+                table.grad = torch.sparse_coo_tensor(rows[None], grad, table.shape, check_invariants=False)
+        elif replayed is None:  # traced: Pyro's handlers and autograd, as SVI runs a step
             for opt in self.opts:
                 opt.zero_grad()
             value = self.loss_fn(self.model, self.guide, *batch, **self.kwargs)
@@ -53,9 +63,12 @@ class _Trainer(Trainer):
             value, grads = replayed
             for p, g in zip(self.values, grads):
                 p.grad = g
-        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.values if p.grad is not None])
-        for opt in self.opts + self.schedules:
-            opt.step()
+        grad_norm = torch.nn.utils.get_total_norm([p.grad._values() if p.grad.is_sparse else p.grad
+                                                   for p in self.values if p.grad is not None])
+        # torch's sparse AdaGrad builds sparse tensors; their invariants hold by construction
+        with torch.sparse.check_sparse_tensor_invariants(enable=False) if self.tables else contextlib.nullcontext():
+            for opt in self.opts + self.schedules:
+                opt.step()
         return torch.stack([value.detach(), grad_norm.to(value.dtype)])
 
     def _replay(self, batch):
@@ -135,6 +148,28 @@ def _captured(compiled, model, guide, loss, values, plan, kwargs):
     if not compiled:
         return None
     return captured.CapturedStep(model, guide, values, kwargs, explicit=compiled is True)
+
+
+#: torch optimisers that take sparse gradients and then change only the rows that have one
+SPARSE_OPTIMISERS = (torch.optim.Adagrad, torch.optim.SGD, torch.optim.SparseAdam)
+
+
+def _tables(loss, model, by_name, by_class):
+    """The q tables' tensors when ``loss`` reads them by rows (``QuadruplyStochasticELBO``) and
+    their optimiser changes only the rows with a gradient (AdaGrad, plain SGD): then each step
+    reads, differentiates and updates ``O(num_basis)`` rows of them, whatever ``m``. Else ()."""
+    if not hasattr(loss, "by_rows"):
+        return ()
+    names = loss.tables(model)
+    if any(n not in by_name for n in names):
+        return ()
+    for cls, groups in by_class.items():
+        for group in groups:
+            ours = [p for p in group["params"] if any(p is by_name.get(n) for n in names)]
+            moving = group.get("momentum", 0.0) or group.get("weight_decay", 0.0)
+            if ours and (not issubclass(cls, SPARSE_OPTIMISERS) or moving):
+                return ()
+    return tuple(by_name[n] for n in names)
 
 
 def _loss_fn(loss):

@@ -90,6 +90,10 @@ class RandomFourierBasis:
         basis.hyperparameters = (lengthscale, variance)
         return basis
 
+    def held(self):
+        """The same basis with the kernel's current hyperparameters held (read once, here)."""
+        return self.fixed(*self._lengthscale_and_variance())
+
     def _lengthscale_and_variance(self):
         return self.hyperparameters or (self.kernel.lengthscale, self.kernel.variance)
 

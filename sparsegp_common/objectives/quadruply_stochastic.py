@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from sparsegp_common.ops import backend, device, namespace
 
-__all__ = ["Draw", "draw", "gaussian_loss", "indices", "subsampled_bound"]
+__all__ = ["BoundDraw", "Draw", "bound_draw", "draw", "gaussian_loss", "indices", "rows_read", "subsampled_bound"]
 
 
 class Draw(NamedTuple):
@@ -65,6 +65,32 @@ def draw(key, like, q, num_basis, num_columns=None, replacement=True):
     D = pick(keys[3], m - k, num_basis if replacement else min(num_basis, m - k), offset=k) if m > k \
         else xp.arange(0, device=where)
     return Draw(pick(keys[0], m, num_basis), pick(keys[1], m, num_basis), R, D)
+
+
+class BoundDraw(NamedTuple):
+    """One draw of :func:`subsampled_bound`: basis indices ``I`` ``(m~,)`` and standard normal
+    ``eps_dense`` ``(k,)`` and ``eps_I`` ``(m~,)``."""
+
+    I: object
+    eps_dense: object
+    eps_I: object
+
+
+def bound_draw(key, like, q, num_basis, replacement=True):
+    """The random numbers of one :func:`subsampled_bound` (arguments as for :func:`draw`)."""
+    ops = backend(like)
+    keys = ops.split(key, 3)
+    I = indices(keys[0], like, q.num_weights, num_basis, replacement)
+    return BoundDraw(I, ops.normal(keys[1], (q.num_dense,), like), ops.normal(keys[2], (num_basis,), like))
+
+
+def rows_read(drawn, *more):
+    """The sorted rows of ``q``'s tables that an estimate from ``drawn`` (a :class:`Draw` or
+    :class:`BoundDraw`) reads, with the index arrays ``more`` (repeats kept): what a
+    :class:`~sparsegp_common.variational.chevron.GatheredChevron` must hold for it."""
+    xp = namespace(drawn.I)
+    parts = [drawn.I, drawn.J, drawn.D, drawn.R] if isinstance(drawn, Draw) else [drawn.I]
+    return xp.sort(xp.concat([xp.astype(p, drawn.I.dtype) for p in parts + list(more)]))
 
 
 def indices(key, like, count, size, replacement=True):
@@ -128,7 +154,7 @@ def _diagonal_columns(basis, q, X, noise, rows, D):
     return ((q.num_weights - q.num_dense) / D.shape[0]) * xp.sum(per_column)
 
 
-def subsampled_bound(basis, q, X, y, log_prob, num_data, I, eps_dense, eps_I):
+def subsampled_bound(basis, q, X, y, log_prob, num_data, drawn):
     """An estimate of the negative ELBO for any factorising likelihood whose expectation is at
     least the exact negative ELBO when ``log p(y | f)`` is concave in ``f`` (a lower bound on the
     ELBO): the reparameterised subsampled bound of the spec, which corrects Evans and Nair's
@@ -141,10 +167,11 @@ def subsampled_bound(basis, q, X, y, log_prob, num_data, I, eps_dense, eps_I):
 
     Args:
         log_prob: ``log_prob(y, f)`` per row.
-        I: ``(m~,)`` basis indices; ``eps_dense``: ``(k,)`` and ``eps_I``: ``(m~,)`` standard
-            normal draws (a repeated index takes the draw of its first occurrence, as one weight).
+        drawn: a :class:`BoundDraw` (a repeated index takes the normal draw of its first
+            occurrence, as one weight).
     """
     xp = namespace(y)
+    I, eps_dense, eps_I = drawn
     m, k = q.num_weights, q.num_dense
     if not basis.diagonal_prior:
         raise ValueError("the subsampled bound needs a basis with a diagonal prior precision")

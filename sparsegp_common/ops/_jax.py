@@ -194,13 +194,19 @@ def randint(key, shape, high, device=None):
 
 
 def blockwise_sum(block, size, chunk, like):
-    """As the torch version, by ``lax.map`` over ``jax.checkpoint``-ed blocks (one traced block);
-    the last block is padded with repeated indices that ``block(rows, weights)`` weighs by zero."""
-    num = -(-size // chunk)
-    rows = jnp.arange(num * chunk).reshape(num, chunk)
-    weights = (rows < size).astype(like.dtype)
-    step = jax.checkpoint(lambda args: block(*args))
-    return lax.map(step, (jnp.minimum(rows, size - 1), weights)).sum()
+    """As the torch version, by ``lax.scan`` over ``jax.checkpoint``-ed blocks (one traced block,
+    its rows made inside it: working memory of one block, whatever ``size``); the last block is
+    padded with repeated indices that ``block(rows, weights)`` weighs by zero."""
+
+    def one(b):
+        rows = b * chunk + jnp.arange(chunk)
+        return block(jnp.minimum(rows, size - 1), (rows < size).astype(like.dtype))
+
+    one = jax.checkpoint(one)
+    first = jax.eval_shape(one, 0)
+    total, _ = lax.scan(lambda acc, b: (acc + one(b), None), jnp.zeros(first.shape, first.dtype),
+                        jnp.arange(-(-size // chunk)))
+    return total
 
 
 def categorical(key, logits, shape):
@@ -296,3 +302,9 @@ def when_any(flags, if_any, otherwise):
 def host_callback(fn, *arrays):
     """As the torch version; under ``jit`` when the compiled program runs (``jax.debug.callback``)."""
     jax.debug.callback(lambda *values: fn(*map(np.asarray, values)), *arrays)
+
+
+def index_add(x, index, values):
+    """``x`` with ``values`` added at the rows ``index`` (repeats accumulate); in place where
+    ``x``'s buffer is donated to the compiled program."""
+    return x.at[index].add(values)

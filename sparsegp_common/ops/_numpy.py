@@ -158,3 +158,10 @@ def when_any(flags, if_any, otherwise):
 
 def host_callback(fn, *arrays):
     fn(*arrays)
+
+
+def index_add(x, index, values):
+    """``x`` with ``values`` added at the rows ``index`` (repeats accumulate), as a new array."""
+    out = np.array(x, copy=True)
+    np.add.at(out, index, values)
+    return out

@@ -163,6 +163,8 @@ def blockwise_sum(block, size, chunk, like):
     ``range(size)``, each block recomputed in the backward pass (memory of one block)."""
     from torch.utils.checkpoint import checkpoint
 
+    if size <= chunk:  # one block: nothing to save by recomputing it
+        return block(torch.arange(size, device=like.device), None)
     blocks = (torch.arange(s, min(s + chunk, size), device=like.device) for s in range(0, size, chunk))
     return sum(checkpoint(block, rows, None, use_reentrant=False) for rows in blocks)
 
@@ -311,3 +313,8 @@ def when_any(flags, if_any, otherwise):
 def host_callback(fn, *arrays):
     """``fn`` of the arrays' NumPy values, run on the host (here at once)."""
     fn(*(a.detach().cpu().numpy() for a in arrays))
+
+
+def index_add(x, index, values):
+    """``x`` with ``values`` added at the rows ``index`` (repeats accumulate), as a new tensor."""
+    return x.index_add(0, index, values)

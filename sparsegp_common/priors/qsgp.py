@@ -18,9 +18,9 @@ from sparsegp_common.likelihoods import Gaussian
 from sparsegp_common.objectives import control_variates, quadruply_stochastic
 from sparsegp_common.ops import backend, device, namespace
 from sparsegp_common.priors import GPPrior
-from sparsegp_common.variational.chevron import Chevron
+from sparsegp_common.variational.chevron import Chevron, GatheredChevron
 
-__all__ = ["ChevronPosterior", "QSGP", "QuadruplyStochasticELBO", "quadruply_stochastic_loss"]
+__all__ = ["ChevronPosterior", "QSGP", "QuadruplyStochasticELBO", "draw_for", "quadruply_stochastic_loss", "rows_for"]
 
 #: Basis functions per block when ``q(f)`` is evaluated at many inputs (memory ``O(N BLOCK)``).
 BLOCK = 2048
@@ -115,24 +115,29 @@ class ChevronPosterior:
 
     def marginals(self, X, full_cov=False):
         """Mean ``Phi q_mu`` ``(N,)`` and variance ``|C^T phi(x)|^2`` ``(N,)`` (``(N, N)`` covariance
-        when ``full_cov``), over blocks of :data:`BLOCK` basis functions: ``O(N m k)``."""
+        when ``full_cov``), over blocks of :data:`BLOCK` basis functions (one compiled block in
+        JAX, however large ``m``): ``O(N m k)``."""
         q = self.q
         xp = namespace(X, q.q_mu)
-        m, k = q.num_weights, q.num_dense
-        where = device(q.q_mu)
-        mean, projected, rest = 0.0, 0.0, 0.0  # Phi mu, Phi C[:, :k], and the diagonal columns' part
-        for start in range(0, m, BLOCK):
-            I = xp.arange(start, min(start + BLOCK, m), device=where)
-            Phi = self.basis.features(X, I)
-            mean = mean + Phi @ q.mean(I)
-            if k:
-                projected = projected + Phi @ q.column_block(I, xp.arange(k, device=where))
-            if start + BLOCK > k:
-                scaled = Phi * (xp.exp(q.log_diagonal(I)) * xp.astype(I >= k, X.dtype))
-                rest = rest + (scaled @ scaled.mT if full_cov else xp.sum(scaled**2, axis=-1))
+        N, k = X.shape[0], q.num_dense
+        columns = xp.arange(k, device=device(q.q_mu))
+        # hyperparameters read once: a block recomputed in the backward pass reads no parameter
+        basis = self.basis.held()
+
+        def block(I, weights):
+            """``[Phi q_mu, Phi C[:, :k], the diagonal columns' part]`` of the rows ``I``, side by side."""
+            Phi = basis.features(X, I)
+            if weights is not None:  # padding rows count zero
+                Phi = Phi * weights
+            scaled = Phi * (xp.exp(q.log_diagonal(I)) * xp.astype(I >= k, X.dtype))
+            rest = scaled @ scaled.mT if full_cov else xp.sum(scaled**2, axis=-1)[:, None]
+            return xp.concat([(Phi @ q.mean(I))[:, None], Phi @ q.column_block(I, columns), rest], axis=1)
+
+        total = backend(X).blockwise_sum(block, q.num_weights, min(BLOCK, q.num_weights), X)
+        mean, projected, rest = total[:, 0], total[:, 1:1 + k], total[:, 1 + k:]
         if full_cov:
-            return mean, rest + (projected @ projected.mT if k else 0.0)
-        return mean, rest + (xp.sum(projected**2, axis=-1) if k else 0.0)
+            return mean, rest + projected @ projected.mT
+        return mean, rest[:, 0] + xp.sum(projected**2, axis=-1)
 
 
 def _columns(q, I):
@@ -147,12 +152,13 @@ def _columns(q, I):
 
 def _support_product(support, q):
     """``Phi_p v`` exactly, ``(n_bar, 1 + k)``, over blocks of :data:`BLOCK` rows of ``v``: ``O(n_bar m k)``."""
-    xp = namespace(q.q_mu)
-    m, total = q.num_weights, 0.0
-    for start in range(0, m, BLOCK):
-        I = xp.arange(start, min(start + BLOCK, m), device=device(q.q_mu))
-        total = total + support.basis.features(support.X, I) @ _columns(q, I)
-    return backend(q.q_mu).stop_gradient(total)
+
+    def block(I, weights):
+        v = _columns(q, I)
+        return support.basis.features(support.X, I) @ (v if weights is None else v * weights[:, None])
+
+    ops = backend(q.q_mu)
+    return ops.stop_gradient(ops.blockwise_sum(block, q.num_weights, min(BLOCK, q.num_weights), q.q_mu))
 
 
 @contextlib.contextmanager
@@ -172,7 +178,8 @@ def _bound(owner, X, y):
         yield prior, likelihood, X, y
 
 
-def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, replacement=True, control=None):
+def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, replacement=True, control=None,
+                              drawn=None, gathered=None):
     """The quadruply stochastic estimate of the negative ELBO of ``owner`` (a ``GPModel`` with a
     :class:`QSGP` prior) on the rows ``X``, ``y`` (a minibatch of the ``num_data`` rows, or all of
     them), over ``num_basis`` basis indices per set and ``num_columns`` of the dense columns (None:
@@ -185,25 +192,47 @@ def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, rep
     variates (Proposition 3 for the mean and every dense column; ``num_columns`` must be None):
     then returns ``(loss, new_state)``. The state (:class:`~sparsegp_common.objectives.control_variates.State`)
     follows ``v`` from the rows the previous step read, and is recomputed exactly every
-    ``refresh_every`` steps, ``Phi_p`` then taking the hyperparameters' current values."""
+    ``refresh_every`` steps, ``Phi_p`` then taking the hyperparameters' current values.
+
+    ``drawn``: the draw to use instead of one from ``key`` (:func:`draw_for`); ``gathered``: None,
+    or ``(index, (q_mu, q_log_diag, q_dense))``, the q tables at the sorted rows ``index`` that the
+    estimate reads (:func:`rows_for`), which it then reads instead of the whole tables: the strict
+    ``O(1)`` step differentiates and updates only these (an exact refresh of the control
+    variates still reads the whole tables)."""
     with _bound(owner, X, y) as (prior, likelihood, X, y):
-        return _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replacement, control)
+        if drawn is None:
+            drawn = _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement)
+        return _loss(owner, prior, likelihood, X, y, drawn, control, gathered)
 
 
-def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replacement, control):
-    q, ops = prior.chevron(), backend(X)
+def draw_for(owner, X, y, key, num_basis, num_columns=None, replacement=True):
+    """The random indices (and normal draws) of one :func:`quadruply_stochastic_loss` of ``owner``."""
+    with _bound(owner, X, y) as (prior, likelihood, X, _):
+        return _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement)
+
+
+def rows_for(drawn, state=None):
+    """The sorted rows of the q tables that the loss reads with ``drawn`` and the control
+    variates' ``state`` (None without them): ``O(num_basis + k)`` of them."""
+    return quadruply_stochastic.rows_read(drawn, *(() if state is None else (state.rows,)))
+
+
+def _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement):
+    key, q = owner._sites.key(key), prior.chevron()
+    if isinstance(likelihood, Gaussian):
+        return quadruply_stochastic.draw(key, X, q, num_basis, num_columns, replacement)
+    return quadruply_stochastic.bound_draw(key, X, q, num_basis, replacement)
+
+
+def _loss(owner, prior, likelihood, X, y, drawn, control, gathered):
+    full, ops = prior.chevron(), backend(X)
+    q = full if gathered is None else GatheredChevron(gathered[0], *gathered[1], full.num_weights)
     num_data = X.shape[0] if owner.num_data is None else owner.num_data
-    key = owner._sites.key(key)
     if not isinstance(likelihood, Gaussian):
         if control is not None:
             raise ValueError("control_variates are for the Gaussian likelihood's estimator")
-        keys = ops.split(key, 3)
-        I = quadruply_stochastic.indices(keys[0], X, q.num_weights, num_basis, replacement)
-        eps_dense, eps_I = ops.normal(keys[1], (q.num_dense,), X), ops.normal(keys[2], (num_basis,), X)
-        return quadruply_stochastic.subsampled_bound(prior.basis, q, X, y, likelihood.log_prob, num_data, I,
-                                                     eps_dense, eps_I)
-    indices = quadruply_stochastic.draw(key, X, q, num_basis, num_columns, replacement)
-    loss = quadruply_stochastic.gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, indices)
+        return quadruply_stochastic.subsampled_bound(prior.basis, q, X, y, likelihood.log_prob, num_data, drawn)
+    loss = quadruply_stochastic.gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, drawn)
     if control is None:
         return loss
     state, refresh_every = control
@@ -211,7 +240,7 @@ def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replaceme
 
     def refresh():  # Phi_p at the current hyperparameters, and a from scratch
         fixed = tuple(ops.stop_gradient(h) for h in (prior.kernel.lengthscale, prior.kernel.variance))
-        return (_support_product(control_variates.Support(state.X, prior.basis.fixed(*fixed)), q),) + fixed
+        return (_support_product(control_variates.Support(state.X, prior.basis.fixed(*fixed)), full),) + fixed
 
     def follow():
         support = control_variates.Support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
@@ -219,7 +248,7 @@ def _loss(owner, prior, likelihood, X, y, key, num_basis, num_columns, replaceme
 
     a, lengthscale, variance = ops.when_any((state.step % refresh_every == 0) & (state.step > 0), refresh, follow)
     support = control_variates.Support(state.X, prior.basis.fixed(lengthscale, variance))
-    I, J = indices.I, indices.J
+    I, J = drawn.I, drawn.J
     loss = loss + 0.5 * control_variates.pair(support, a, _columns(q, I), _columns(q, J), I, J, q.num_weights,
                                               num_data, likelihood.variance)
     # every row a sparse step may change: the two sets, and the dense columns' diagonal entries
@@ -309,12 +338,27 @@ class QuadruplyStochasticELBO:
             raise ValueError(f"QuadruplyStochasticELBO takes external minibatches only, got {sorted(kwargs)}")
         return owner
 
-    def negative_elbo(self, model, X, y, key=None, state=None, **kwargs):
-        """The estimate for the ``GPModel`` whose ``model`` method is given, drawn from ``key``;
-        with control variates ``(estimate, new state)`` from ``state``."""
+    def negative_elbo(self, model, X, y, key=None, state=None, drawn=None, gathered=None, **kwargs):
+        """The estimate for the ``GPModel`` whose ``model`` method is given, drawn from ``key``
+        (or ``drawn``: :meth:`draw`), reading the whole q tables or only ``gathered`` rows (see
+        :func:`quadruply_stochastic_loss`); with control variates ``(estimate, new state)`` from ``state``."""
         control = None if self.control_variates is None else (state, self.refresh_every)
         return quadruply_stochastic_loss(self._owner(model, kwargs), X, y, key, self.num_basis, self.num_columns,
-                                         self.replacement, control)
+                                         self.replacement, control, drawn, gathered)
+
+    def draw(self, model, X, y, key=None):
+        """The random indices of one estimate (for :meth:`rows` and ``negative_elbo(drawn=...)``)."""
+        return draw_for(self._owner(model, {}), X, y, key, self.num_basis, self.num_columns, self.replacement)
+
+    @staticmethod
+    def rows(drawn, state=None):
+        """The sorted rows of the q tables that an estimate from ``drawn`` (and ``state``) reads."""
+        return rows_for(drawn, state)
+
+    def tables(self, model):
+        """The names of the q tables ``(q_mu, q_log_diag, q_dense)`` that a step reads by rows."""
+        name = self._owner(model, {}).prior.name
+        return tuple(f"{name}.{table}" for table in ("q_mu", "q_log_diag", "q_dense"))
 
     def initial_state(self, model, X, y):
         """The control variates' first state at the model's current values (None without them)."""

@@ -9,7 +9,7 @@ estimator that touches ``m~`` of the ``m`` weights costs ``O(m~ k)``, not ``O(m)
 """
 from sparsegp_common.ops import namespace
 
-__all__ = ["Chevron"]
+__all__ = ["Chevron", "GatheredChevron"]
 
 
 class Chevron:
@@ -38,20 +38,24 @@ class Chevron:
     def num_dense(self):
         return self.dense.shape[1]
 
+    def _at(self, I):
+        """Where the rows ``I`` are in the tables held (all ``m`` rows here)."""
+        return I
+
     def mean(self, I):
         """``q_mu[I]``, ``(len(I),)``."""
-        return namespace(self.q_mu).take(self.q_mu, I, axis=0)
+        return namespace(self.q_mu).take(self.q_mu, self._at(I), axis=0)
 
     def log_diagonal(self, I):
         """``log C_ii`` for ``i`` in ``I``."""
-        return namespace(self.log_diag).take(self.log_diag, I, axis=0)
+        return namespace(self.log_diag).take(self.log_diag, self._at(I), axis=0)
 
     def column_block(self, I, R):
         """``C[I, R]``, ``(len(I), len(R))``, for dense columns ``R`` (each ``< k``): the dense
         entry below the diagonal, ``C_rr`` on it, zero above it."""
         xp = namespace(self.dense)
         rows, cols = I[:, None], R[None, :]
-        below = xp.take(xp.take(self.dense, I, axis=0), R, axis=1)
+        below = xp.take(xp.take(self.dense, self._at(I), axis=0), R, axis=1)
         diagonal = xp.exp(self.log_diagonal(I))[:, None]
         return xp.where(rows > cols, below, xp.where(rows == cols, diagonal, xp.zeros_like(below)))
 
@@ -68,3 +72,26 @@ class Chevron:
         return self.column_block(rows, xp.arange(k)) if k == m else xp.concat(
             [self.column_block(rows, xp.arange(k)),
              xp.eye(m, dtype=self.dense.dtype)[:, k:] * xp.exp(self.log_diag)[:, None]], axis=1)
+
+
+class GatheredChevron(Chevron):
+    """``q(w)`` from the rows ``index`` of its tables only (gathered by the caller: a step that
+    reads ``m~`` rows then holds, differentiates and updates ``O(m~ k)`` numbers, not ``O(m k)``).
+    Its reads take any rows among ``index`` (``mean(I)``, ``column_block(I, R)``, ...); a repeated
+    row is read from its first copy, so the other copies get no gradient.
+
+    Args:
+        index: ``(r,)`` the rows held, sorted (repeats allowed).
+        q_mu, log_diagonal: ``(r,)``; dense: ``(r, k)``: the tables at ``index``.
+        num_weights: ``m``.
+    """
+
+    def __init__(self, index, q_mu, log_diagonal, dense, num_weights):
+        self.index, self.q_mu, self.log_diag, self.dense, self._num_weights = index, q_mu, log_diagonal, dense, num_weights
+
+    @property
+    def num_weights(self):
+        return self._num_weights
+
+    def _at(self, I):
+        return namespace(self.index).searchsorted(self.index, I, side="left")

@@ -1,0 +1,216 @@
+"""The quadruply stochastic GP's step by rows (its strict ``O(1)`` path): the loss reads gathered
+rows of the q tables exactly as it reads the whole tables, the row-wise AdaGrad and SGD rules are
+the dense ones, ``fit`` takes the dense path's steps, and a step's gradients and working memory
+do not grow with ``m``."""
+import numpy as np
+import pytest
+
+from sparsegp_common.inference import row_updates
+
+
+def _sine(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, size=(n, 1))
+    return X, np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
+
+
+def _model(backend, m, likelihood="gaussian", cv=True, refresh_every=7, num_basis=12):
+    lib = backend.lib
+    X, y = _sine()
+    if likelihood == "bernoulli":
+        y = (y > 0) * 1.0
+    prior = lib.QSGP(backend.kernel("rbf", [1.0], 1.0), m, 1, num_dense=2)
+    like = backend.set(lib.Gaussian(), variance=0.05) if likelihood == "gaussian" else lib.Bernoulli()
+    model = lib.GPModel(prior, like, num_data=len(X))
+    support = backend.array(X[:20]) if cv else None
+    loss = lib.QuadruplyStochasticELBO(num_basis=num_basis, control_variates=support, refresh_every=refresh_every)
+    return model, loss, backend.array(X), backend.array(y)
+
+
+# -- the rules -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax"])
+def test_row_rules_equal_the_dense_rules(library, rng):
+    """AdaGrad and SGD at rows with repeats (their gradient on the first copy, zero on the others)
+    equal the dense rules with the gradient scattered into the table, over three steps."""
+    convert = {"numpy": np.asarray, "torch": lambda a: pytest.importorskip("torch").as_tensor(a),
+               "jax": lambda a: pytest.importorskip("jax.numpy").asarray(a)}[library]
+    m, steps, lr = 12, 3, 0.3
+    table, dense_table = rng.normal(size=(m, 2)), None
+    accumulator = np.zeros((m, 2))
+    dense_table, dense_acc, sgd, dense_sgd = table.copy(), accumulator.copy(), table.copy(), table.copy()
+    table, accumulator, sgd = convert(table), convert(accumulator), convert(sgd)
+    for _ in range(steps):
+        rows = np.sort(rng.integers(0, m, size=9))
+        grad = rng.normal(size=(9, 2)) * (np.r_[True, rows[1:] != rows[:-1]])[:, None]  # repeats: zero
+        table, accumulator = row_updates.adagrad_rows(table, accumulator, convert(rows), convert(grad), lr)
+        sgd = row_updates.sgd_rows(sgd, convert(rows), convert(grad), lr)
+        full = np.zeros((m, 2))
+        np.add.at(full, rows, grad)
+        dense_acc += full**2
+        dense_table -= lr * np.where(dense_acc > 0, full / np.sqrt(np.where(dense_acc > 0, dense_acc, 1.0)), 0.0)
+        dense_sgd -= lr * full
+    np.testing.assert_allclose(np.asarray(table), dense_table, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(accumulator), dense_acc, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(sgd), dense_sgd, rtol=1e-12, atol=1e-14)
+
+
+# -- the loss on gathered rows ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli"])
+def test_gathered_rows_give_the_loss_and_its_gradient(backend, rng, likelihood):
+    """On one draw, the loss that reads only the gathered rows equals the loss on the whole tables
+    (with the control variates' state for the Gaussian likelihood), and its gradient at the rows,
+    scattered into the tables, equals the whole tables' gradient (zero off the rows)."""
+    model, loss, X, y = _model(backend, 50, likelihood, cv=likelihood == "gaussian")
+    prior = model.prior
+    values = {"q_mu": rng.normal(size=50), "q_log_diag": rng.normal(size=50) * 0.2 - 1.0,
+              "q_dense": rng.normal(size=(50, 2)) * 0.3}
+    backend.set(prior, **values)
+    names = loss.tables(model.model)
+    assert names == ("gp.q_mu", "gp.q_log_diag", "gp.q_dense")
+    if backend.name == "pyro":
+        import torch
+
+        state = loss.initial_state(model.model, X, y)
+        drawn = loss.draw(model.model, X, y)
+        rows = loss.rows(drawn, state)
+        tables = [prior.q_mu, prior.q_log_diag, prior.q_dense]
+
+        def value(out):
+            return out[0] if isinstance(out, tuple) else out
+
+        whole = value(loss.negative_elbo(model.model, X, y, state=state, drawn=drawn))
+        whole_grads = [backend.numpy(g) for g in torch.autograd.grad(whole, tables)]
+        whole = whole.detach()
+        slices = [t.detach()[rows].requires_grad_() for t in tables]
+        part = value(loss.negative_elbo(model.model, X, y, state=state, drawn=drawn, gathered=(rows, slices)))
+        part_grads = [backend.numpy(g) for g in torch.autograd.grad(part, slices, allow_unused=True,
+                                                                    materialize_grads=True)]
+        part = part.detach()
+    else:
+        import jax
+        from numpyro import handlers
+
+        key = jax.random.PRNGKey(3)
+        state = loss.initial_state(model.model, X, y)
+        drawn = loss.draw(model.model, X, y, key=key)
+        rows = loss.rows(drawn, state)
+        tables = {n: backend.array(values[n.split(".")[1]]) for n in names}
+
+        def value(out):
+            return out[0] if isinstance(out, tuple) else out
+
+        def whole_loss(tables):
+            with handlers.substitute(data=tables):
+                return value(loss.negative_elbo(model.model, X, y, state=state, drawn=drawn))
+
+        def part_loss(slices):
+            return value(loss.negative_elbo(model.model, X, y, state=state, drawn=drawn,
+                                            gathered=(rows, tuple(slices))))
+
+        whole, whole_grads = jax.jit(jax.value_and_grad(whole_loss))(tables)
+        whole_grads = [np.asarray(whole_grads[n]) for n in names]
+        part, part_grads = jax.jit(jax.value_and_grad(part_loss))([tables[n][rows] for n in names])
+        part_grads = [np.asarray(g) for g in part_grads]
+    np.testing.assert_allclose(float(part), float(whole), rtol=1e-12)
+    index = backend.numpy(rows)
+    assert len(index) < 50 + 50  # a few rows of each table, with repeats
+    for full, piece in zip(whole_grads, part_grads):
+        scattered = np.zeros_like(full)
+        np.add.at(scattered, index, piece)
+        np.testing.assert_allclose(scattered, full, rtol=1e-10, atol=1e-12)
+
+
+# -- fit -------------------------------------------------------------------------------------------
+
+
+def _fit(backend, model, loss, X, y, by_rows, monkeypatch, optimizer="adagrad", steps=25):
+    lib = backend.lib
+    if backend.name == "pyro":
+        import torch
+
+        from pyro_sparsegp import training
+
+        cls = torch.optim.Adagrad if optimizer == "adagrad" else torch.optim.SGD
+        options = {}
+        if not by_rows:
+            monkeypatch.setattr(training, "SPARSE_OPTIMISERS", ())
+    else:
+        import numpyro
+
+        from numpyro_sparsegp import training
+
+        cls = numpyro.optim.Adagrad if optimizer == "adagrad" else numpyro.optim.SGD
+        options = {"momentum": 0.0} if optimizer == "adagrad" else {}
+        if not by_rows:
+            monkeypatch.setattr(training, "_row_rule", lambda *args: None)
+    backend.reset(0)
+    groups = [{"params": "gp.q_*", "optimizer": cls, "lr": 0.1 if optimizer == "adagrad" else 1e-4,
+               "lr_schedule": lambda t: 0.97**t, **options}]
+    result = lib.fit(model.model, model.guide, (X, y), num_steps=steps, batch_size=50, lr=0.01, seed=1,
+                     progress=False, loss=loss, param_groups=groups)
+    monkeypatch.undo()
+    return result
+
+
+@pytest.mark.parametrize("case", ["gaussian", "bernoulli", "sgd"])
+def test_fit_by_rows_takes_the_dense_steps(backend, monkeypatch, case):
+    """``fit`` by rows (AdaGrad or SGD on the q tables) and the dense path take the same steps:
+    losses, parameters and the control variates' state (refreshed every 7 steps) over 25 steps."""
+    runs = []
+    for by_rows in (True, False):
+        model, loss, X, y = _model(backend, 60, "bernoulli" if case == "bernoulli" else "gaussian",
+                                   cv=case != "bernoulli")
+        result = _fit(backend, model, loss, X, y, by_rows, monkeypatch, "sgd" if case == "sgd" else "adagrad")
+        state = loss.state if backend.name == "pyro" else (result.state.mutable_state or {}).get(loss.STATE)
+        runs.append((result, state))
+    (a, state_a), (b, state_b) = runs
+    np.testing.assert_allclose(a.losses, b.losses, rtol=1e-10)
+    for name in a.params:
+        np.testing.assert_allclose(backend.numpy(a.params[name]), backend.numpy(b.params[name]), rtol=1e-9,
+                                   atol=1e-12, err_msg=name)
+    if case != "bernoulli":
+        for field in ("a", "rows", "values", "step"):
+            np.testing.assert_allclose(backend.numpy(getattr(state_a, field)), backend.numpy(getattr(state_b, field)),
+                                       rtol=1e-9, atol=1e-12, err_msg=field)
+
+
+def test_a_step_by_rows_does_not_grow_with_m(backend, monkeypatch):
+    """Pyro: the q tables' gradients are sparse, with one entry per row read. NumPyro: the
+    compiled step's working memory (XLA's temporary buffers and outputs not aliased to inputs) is the same at m = 2e4 and 2e5,
+    the tables updated in place (donated), where the dense path's grows with m."""
+    if backend.name == "pyro":
+        model, loss, X, y = _model(backend, 20_000, num_basis=16)
+        _fit(backend, model, loss, X, y, True, monkeypatch, steps=2)
+        grad = model.prior.q_dense.grad
+        assert grad is not None and grad.is_sparse
+        assert grad._nnz() <= 3 * 16 + 2 + (2 * 16 + 2)  # I, J, D, the dense columns, the state's rows
+        return
+    from numpyro_sparsegp import captured, training
+
+    temporaries = {}
+    compiled_update = captured.compiled_update
+
+    def spy(update, compiled, donate=False):
+        jitted = compiled_update(update, compiled, donate)
+
+        def call(*args):
+            if key not in temporaries:
+                stats = jitted.lower(*args).compile().memory_analysis()
+                # new buffers: temporaries, and outputs not written in place of an input
+                temporaries[key] = stats.temp_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+            return jitted(*args)
+
+        return call
+
+    for by_rows in (True, False):
+        for m in (20_000, 200_000):
+            key = (by_rows, m)
+            model, loss, X, y = _model(backend, m, cv=by_rows, num_basis=16)
+            monkeypatch.setattr(training.captured, "compiled_update", spy)
+            _fit(backend, model, loss, X, y, by_rows, monkeypatch, steps=1)
+    assert temporaries[True, 200_000] <= 1.05 * temporaries[True, 20_000], temporaries
+    assert temporaries[False, 200_000] > 5 * temporaries[False, 20_000], temporaries
