@@ -48,6 +48,7 @@ OPS = {
     "permutation": "`(key, n, device)`: a random permutation of `0..n-1`",
     "randint": "`(key, shape, high, device)`: uniform integers in `[0, high)`",
     "blockwise_sum": "`(block, size, chunk, like)`: `sum_j block(rows_j, weights_j)`, each block recomputed backwards",
+    "index_add": "`(x, index, values)`: `x` with `values` added at the rows `index` (repeats accumulate)",
     "categorical": "`(key, logits, shape)`: draws of category indices",
     "bincount": "`(index, length, dtype)`: counts per index",
     "recurrence": "`(step, first, second, coefficients, count)`: a three-term recurrence, stacked",
