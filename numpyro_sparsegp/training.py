@@ -149,7 +149,7 @@ class _Grouped(numpyro.optim._NumPyroOptim):
         self.groups = None
 
     def init(self, params):
-        self.groups = []
+        groups = []
         for names, lr, options in split_param_groups(sorted(params), self.param_groups, self.lr):
             options = dict(options)
             cls = options.pop("optimizer", self.optimizer)
@@ -157,10 +157,11 @@ class _Grouped(numpyro.optim._NumPyroOptim):
                 self.check(name, cls, options)
             decay, schedule = options.pop("weight_decay", 0.0), options.pop("lr_schedule", self.lr_schedule)
             rule = _row_rule(cls, options, decay) if set(names) <= set(self.tables) else None
-            optim = _Rows(rule, _step_size(lr, schedule)) if rule else cls(_step_size(lr, schedule), **options)
-            self.groups.append((names, decay, optim))
-        by_rows = {n for names, _, optim in self.groups if isinstance(optim, _Rows) for n in names}
+            groups.append((names, decay, cls, options, _step_size(lr, schedule), rule))
+        by_rows = {n for names, *_, rule in groups if rule for n in names}
         self.by_rows = bool(self.tables) and by_rows >= set(self.tables)
+        self.groups = [(names, decay, _Rows(rule, step) if rule and self.by_rows else cls(step, **options))
+                       for names, decay, cls, options, step, rule in groups]
         states = tuple(optim.init({n: params[n] for n in names}) for names, _, optim in self.groups)
         return jnp.array(0), states, jnp.zeros((), jnp.result_type(float))
 
@@ -177,7 +178,7 @@ class _Grouped(numpyro.optim._NumPyroOptim):
         new = []
         for (names, decay, optim), sub in zip(self.groups, states):
             grads = {n: g[n] for n in names}
-            if isinstance(optim, _Rows) and rows is not None:
+            if isinstance(optim, _Rows):  # only when by_rows: SVI's dense update is not used then
                 new.append(optim.update_rows(rows, grads, sub))
                 continue
             if decay:
@@ -211,9 +212,8 @@ def _row_rule(cls, options, decay):
 
 
 class _Rows:
-    """AdaGrad (as NumPyro's with ``momentum=0.0``) or SGD on tables, stepping either densely
-    (:meth:`update`) or at given rows (:meth:`update_rows`,
-    :mod:`sparsegp_common.inference.row_updates`). State: ``(step, values, sums of squares)``."""
+    """AdaGrad (as NumPyro's with ``momentum=0.0``) or SGD on tables, stepping at given rows
+    (:mod:`sparsegp_common.inference.row_updates`). State: ``(step, values, sums of squares)``."""
 
     def __init__(self, rule, step_size):
         self.rule, self.step_size = rule, step_size
@@ -225,22 +225,14 @@ class _Rows:
     def _lr(self, i):
         return self.step_size(i) if callable(self.step_size) else self.step_size
 
-    def update(self, grads, state):
-        i, values, squares = state
-        rows = {n: jnp.arange(v.shape[0]) for n, v in values.items()}
-        return self._apply(i, values, squares, rows, grads)
-
     def update_rows(self, rows, grads, state):
         i, values, squares = state
-        return self._apply(i, values, squares, {n: rows for n in values}, grads)
-
-    def _apply(self, i, values, squares, rows, grads):
         lr, values, squares = self._lr(i), dict(values), dict(squares)
         for n in values:
             if self.rule == "adagrad":
-                values[n], squares[n] = row_updates.adagrad_rows(values[n], squares[n], rows[n], grads[n], lr)
+                values[n], squares[n] = row_updates.adagrad_rows(values[n], squares[n], rows, grads[n], lr)
             else:
-                values[n] = row_updates.sgd_rows(values[n], rows[n], grads[n], lr)
+                values[n] = row_updates.sgd_rows(values[n], rows, grads[n], lr)
         return i + 1, values, squares
 
     def get_params(self, state):

@@ -46,14 +46,8 @@ class _Trainer(Trainer):
     def step(self, i):
         batch = _batch(self.data, self.plan, i)
         replayed = None if self.tables else self._replay(batch)
-        if self.tables:  # the q tables read, differentiated and updated at the step's rows only
-            for opt in self.opts:
-                opt.zero_grad()
-            value, rows, slices = self.loss_fn.by_rows(self.model, self.guide, *batch, tables=self.tables)
-            value.backward()
-            for table, piece in zip(self.tables, slices):
-                grad = torch.zeros_like(piece) if piece.grad is None else piece.grad
-                table.grad = torch.sparse_coo_tensor(rows[None], grad, table.shape, check_invariants=False)
+        if self.tables:
+            value = self._by_rows(batch)
         elif replayed is None:  # traced: Pyro's handlers and autograd, as SVI runs a step
             for opt in self.opts:
                 opt.zero_grad()
@@ -70,6 +64,18 @@ class _Trainer(Trainer):
             for opt in self.opts + self.schedules:
                 opt.step()
         return torch.stack([value.detach(), grad_norm.to(value.dtype)])
+
+    def _by_rows(self, batch):
+        """The loss, with the q tables read and differentiated at the step's rows only: their
+        gradients sparse, which torch's AdaGrad and SGD apply to those rows alone."""
+        for opt in self.opts:
+            opt.zero_grad()
+        value, rows, slices = self.loss_fn.by_rows(self.model, self.guide, *batch, tables=self.tables)
+        value.backward()
+        for table, piece in zip(self.tables, slices):
+            grad = torch.zeros_like(piece) if piece.grad is None else piece.grad
+            table.grad = torch.sparse_coo_tensor(rows[None], grad, table.shape, check_invariants=False)
+        return value
 
     def _replay(self, batch):
         """The captured step's ``(loss, grads)``, or None: not captured, or not finite here."""
