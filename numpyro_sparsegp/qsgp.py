@@ -26,8 +26,9 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO, ELBO):
     STATE = STATE
 
     def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000,
-                 num_particles=1):
-        core.QuadruplyStochasticELBO.__init__(self, num_basis, num_columns, replacement, control_variates, refresh_every)
+                 paper_literal=False, num_particles=1):
+        core.QuadruplyStochasticELBO.__init__(self, num_basis, num_columns, replacement, control_variates, refresh_every,
+                                              paper_literal)
         if control_variates is not None and num_particles != 1:
             raise ValueError("control_variates carry one state from step to step: use num_particles=1")
         ELBO.__init__(self, num_particles=num_particles)

@@ -184,6 +184,10 @@ def test_bad_arguments(backend, rng):
         lib.QuadruplyStochasticELBO(num_basis=0)
     with pytest.raises(TypeError, match="replacement"):
         lib.QuadruplyStochasticELBO(replacement="yes")
+    with pytest.raises(TypeError, match="paper_literal"):
+        lib.QuadruplyStochasticELBO(paper_literal=1)
+    with pytest.raises(ValueError, match="paper_literal"):
+        lib.QuadruplyStochasticELBO(paper_literal=True, num_columns=2)
     X, y = backend.array(rng.normal(size=(4, 1))), backend.array([0.0, 1.0, 2.0, 0.0])
     svgp = lib.GPModel(lib.SVGP(kernel, X[:2]), lib.Gaussian())
     with pytest.raises(TypeError, match="QSGP prior"):

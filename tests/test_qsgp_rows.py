@@ -14,7 +14,7 @@ def _sine(n=200, seed=0):
     return X, np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
 
 
-def _model(backend, m, likelihood="gaussian", cv=True, refresh_every=7, num_basis=12):
+def _model(backend, m, likelihood="gaussian", cv=True, refresh_every=7, num_basis=12, paper_literal=False):
     lib = backend.lib
     X, y = _sine()
     if likelihood == "bernoulli":
@@ -23,7 +23,8 @@ def _model(backend, m, likelihood="gaussian", cv=True, refresh_every=7, num_basi
     like = backend.set(lib.Gaussian(), variance=0.05) if likelihood == "gaussian" else lib.Bernoulli()
     model = lib.GPModel(prior, like, num_data=len(X))
     support = backend.array(X[:20]) if cv else None
-    loss = lib.QuadruplyStochasticELBO(num_basis=num_basis, control_variates=support, refresh_every=refresh_every)
+    loss = lib.QuadruplyStochasticELBO(num_basis=num_basis, control_variates=support, refresh_every=refresh_every,
+                                       paper_literal=paper_literal)
     return model, loss, backend.array(X), backend.array(y)
 
 
@@ -59,12 +60,14 @@ def test_row_rules_equal_the_dense_rules(library, rng):
 # -- the loss on gathered rows ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli"])
+@pytest.mark.parametrize("likelihood", ["gaussian", "bernoulli", "bernoulli-literal"])
 def test_gathered_rows_give_the_loss_and_its_gradient(backend, rng, likelihood):
     """On one draw, the loss that reads only the gathered rows equals the loss on the whole tables
-    (with the control variates' state for the Gaussian likelihood), and its gradient at the rows,
-    scattered into the tables, equals the whole tables' gradient (zero off the rows)."""
-    model, loss, X, y = _model(backend, 50, likelihood, cv=likelihood == "gaussian")
+    (with the control variates' state for the Gaussian likelihood; the literal Theorem 3 too),
+    and its gradient at the rows, scattered into the tables, equals the whole tables' gradient
+    (zero off the rows)."""
+    model, loss, X, y = _model(backend, 50, likelihood.split("-")[0], cv=likelihood == "gaussian",
+                               paper_literal=likelihood.endswith("literal"))
     prior = model.prior
     values = {"q_mu": rng.normal(size=50), "q_log_diag": rng.normal(size=50) * 0.2 - 1.0,
               "q_dense": rng.normal(size=(50, 2)) * 0.3}
@@ -156,14 +159,15 @@ def _fit(backend, model, loss, X, y, by_rows, monkeypatch, optimizer="adagrad", 
     return result
 
 
-@pytest.mark.parametrize("case", ["gaussian", "bernoulli", "sgd"])
+@pytest.mark.parametrize("case", ["gaussian", "bernoulli", "sgd", "literal"])
 def test_fit_by_rows_takes_the_dense_steps(backend, monkeypatch, case):
     """``fit`` by rows (AdaGrad or SGD on the q tables) and the dense path take the same steps:
-    losses, parameters and the control variates' state (refreshed every 7 steps) over 25 steps."""
+    losses, parameters and the control variates' state (refreshed every 7 steps) over 25 steps;
+    also for the literal Theorem 3 on Bernoulli labels."""
     runs = []
     for by_rows in (True, False):
-        model, loss, X, y = _model(backend, 60, "bernoulli" if case == "bernoulli" else "gaussian",
-                                   cv=case != "bernoulli")
+        model, loss, X, y = _model(backend, 60, "bernoulli" if case in ("bernoulli", "literal") else "gaussian",
+                                   cv=case in ("gaussian", "sgd"), paper_literal=case == "literal")
         result = _fit(backend, model, loss, X, y, by_rows, monkeypatch, "sgd" if case == "sgd" else "adagrad")
         state = loss.state if backend.name == "pyro" else (result.state.mutable_state or {}).get(loss.STATE)
         runs.append((result, state))
@@ -172,7 +176,7 @@ def test_fit_by_rows_takes_the_dense_steps(backend, monkeypatch, case):
     for name in a.params:
         np.testing.assert_allclose(backend.numpy(a.params[name]), backend.numpy(b.params[name]), rtol=1e-9,
                                    atol=1e-12, err_msg=name)
-    if case != "bernoulli":
+    if case in ("gaussian", "sgd"):
         for field in ("a", "rows", "values", "step"):
             np.testing.assert_allclose(backend.numpy(getattr(state_a, field)), backend.numpy(getattr(state_b, field)),
                                        rtol=1e-9, atol=1e-12, err_msg=field)

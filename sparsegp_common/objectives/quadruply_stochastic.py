@@ -27,7 +27,8 @@ from typing import NamedTuple
 
 from sparsegp_common.ops import backend, device, namespace
 
-__all__ = ["BoundDraw", "Draw", "bound_draw", "draw", "gaussian_loss", "indices", "rows_read", "subsampled_bound"]
+__all__ = ["BoundDraw", "Draw", "LiteralDraw", "bound_draw", "draw", "gaussian_loss", "indices", "literal_arguments",
+           "literal_bound", "literal_draw", "rows_read", "subsampled_bound"]
 
 
 class Draw(NamedTuple):
@@ -44,6 +45,10 @@ class Draw(NamedTuple):
     J: object
     R: object
     D: object
+
+    def rows(self):
+        """The index arrays whose rows of ``q`` the estimate reads."""
+        return self.I, self.J, self.D, self.R
 
 
 def draw(key, like, q, num_basis, num_columns=None, replacement=True):
@@ -75,6 +80,10 @@ class BoundDraw(NamedTuple):
     eps_dense: object
     eps_I: object
 
+    def rows(self):
+        """The index arrays whose rows of ``q`` the estimate reads."""
+        return (self.I,)
+
 
 def bound_draw(key, like, q, num_basis, replacement=True):
     """The random numbers of one :func:`subsampled_bound` (arguments as for :func:`draw`)."""
@@ -84,12 +93,31 @@ def bound_draw(key, like, q, num_basis, replacement=True):
     return BoundDraw(I, ops.normal(keys[1], (q.num_dense,), like), ops.normal(keys[2], (num_basis,), like))
 
 
+class LiteralDraw(NamedTuple):
+    """One draw of :func:`literal_bound`: basis indices ``I``, ``J`` and columns ``R`` of ``C``
+    (``(m~,)`` each, uniform over all ``m``)."""
+
+    I: object
+    J: object
+    R: object
+
+    def rows(self):
+        """The index arrays whose rows of ``q`` the estimate reads (``C[I, R]`` is read at ``I``)."""
+        return self.I, self.J
+
+
+def literal_draw(key, like, q, num_basis, replacement=True):
+    """The indices of one :func:`literal_bound` (arguments as for :func:`draw`)."""
+    keys = backend(like).split(key, 3)
+    return LiteralDraw(*(indices(k, like, q.num_weights, num_basis, replacement) for k in keys))
+
+
 def rows_read(drawn, *more):
     """The sorted rows of ``q``'s tables that an estimate from ``drawn`` (a :class:`Draw` or
     :class:`BoundDraw`) reads, with the index arrays ``more`` (repeats kept): what a
     :class:`~sparsegp_common.variational.chevron.GatheredChevron` must hold for it."""
     xp = namespace(drawn.I)
-    parts = [drawn.I, drawn.J, drawn.D, drawn.R] if isinstance(drawn, Draw) else [drawn.I]
+    parts = list(drawn.rows())
     return xp.sort(xp.concat([xp.astype(p, drawn.I.dtype) for p in parts + list(more)]))
 
 
@@ -180,14 +208,55 @@ def subsampled_bound(basis, q, X, y, log_prob, num_data, drawn):
     log_c = q.log_diagonal(I)
     w = q.mean(I) + xp.exp(log_c) * eps_I * xp.astype(I >= k, y.dtype)
     if k:
-        C_block = q.column_block(I, xp.arange(k, device=device(I)))
-        w = w + C_block @ eps_dense
-        below = xp.sum(xp.where(I[:, None] > xp.arange(k, device=device(I))[None, :], C_block, 0.0) ** 2, axis=1)
-    else:
-        below = 0.0
-    scale = m / I.shape[0]
-    f_hat = scale * (basis.features(X, I) @ w)
+        w = w + q.column_block(I, xp.arange(k, device=device(I))) @ eps_dense
+    f_hat = (m / I.shape[0]) * (basis.features(X, I) @ w)
     expected = (num_data / y.shape[0]) * xp.sum(log_prob(y, f_hat))
-    S = basis.prior_diagonal(I)
-    kl = 0.5 * (scale * xp.sum(S * (q.mean(I) ** 2 + below + xp.exp(2 * log_c)) - xp.log(S) - 2 * log_c) - m)
-    return kl - expected
+    return _kl_estimate(basis, q, I) - expected
+
+
+def _kl_estimate(basis, q, I):
+    """``KL[q(w) || N(0, S^-1)]`` estimated without bias from the rows ``I`` (a diagonal ``S``)."""
+    xp = namespace(q.q_mu)
+    m, k, S, log_c = q.num_weights, q.num_dense, basis.prior_diagonal(I), q.log_diagonal(I)
+    below = 0.0  # the rows' squared dense entries below the diagonal
+    if k:
+        columns = xp.arange(k, device=device(I))
+        below = xp.sum(xp.where(I[:, None] > columns[None, :], q.column_block(I, columns), 0.0) ** 2, axis=1)
+    return 0.5 * ((m / I.shape[0]) * xp.sum(S * (q.mean(I) ** 2 + below + xp.exp(2 * log_c)) - xp.log(S) - 2 * log_c)
+                  - m)
+
+
+def literal_bound(basis, q, X, y, expected_log_prob, num_data, drawn):
+    """Evans and Nair's Theorem 3 exactly as printed, for reproducing their results only: each
+    row's ``log g(a + z s)`` averaged over ``z ~ N(0, 1)``, with ``a = (m / m~) phi_I mu_I`` and
+    ``s = (m / m~)^3 sum_r (phi_J C_{J r}) (phi_I C_{I r})``, an unbiased estimate of the latent
+    *variance* ``v`` where its standard deviation belongs. Its mean is at most the printed Eq. 5
+    quantity ``sum E_z log g(phi mu + z v)``, which is not the expected log-likelihood (it
+    overstates it where ``v < 1``), so this is not a bound on the ELBO: use
+    :func:`subsampled_bound`. The KL is estimated as there.
+
+    Args:
+        expected_log_prob: ``(y, mean, var) -> (N,)``, ``E log p(y | f)`` under ``f ~ N(mean, var)``
+            (the ``z``-integral: ``E log g(a + z s) = E log g(a + z |s|)``, taken as ``var = s^2``).
+        drawn: a :class:`LiteralDraw`.
+    """
+    xp = namespace(y)
+    if not basis.diagonal_prior:
+        raise ValueError("the literal Theorem 3 needs a basis with a diagonal prior precision")
+    a, s = literal_arguments(basis, q, X, drawn)
+    # s is often exactly 0 (no drawn column meets a drawn row): the smallest normal number keeps
+    # the z-integral's sqrt(var) differentiable there
+    expected = (num_data / y.shape[0]) * xp.sum(expected_log_prob(y, a, s**2 + xp.finfo(s.dtype).smallest_normal))
+    return _kl_estimate(basis, q, drawn.I) - expected
+
+
+def literal_arguments(basis, q, X, drawn):
+    """Theorem 3's ``(a, s)`` per row ``(n~,)``: unbiased for ``phi mu`` and for the latent
+    variance ``phi C C^T phi^T`` over the draw of ``I``, ``J`` and ``R``."""
+    xp = namespace(X)
+    I, J, R = drawn
+    scale = q.num_weights / I.shape[0]
+    Phi_I, Phi_J = basis.features(X, I), basis.features(X, J)
+    a = scale * (Phi_I @ q.mean(I))
+    s = scale**3 * xp.sum((Phi_J @ q.entries(J, R)) * (Phi_I @ q.entries(I, R)), axis=-1)
+    return a, s

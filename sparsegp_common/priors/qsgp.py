@@ -179,7 +179,7 @@ def _bound(owner, X, y):
 
 
 def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, replacement=True, control=None,
-                              drawn=None, gathered=None):
+                              drawn=None, gathered=None, paper_literal=False):
     """The quadruply stochastic estimate of the negative ELBO of ``owner`` (a ``GPModel`` with a
     :class:`QSGP` prior) on the rows ``X``, ``y`` (a minibatch of the ``num_data`` rows, or all of
     them), over ``num_basis`` basis indices per set and ``num_columns`` of the dense columns (None:
@@ -198,17 +198,21 @@ def quadruply_stochastic_loss(owner, X, y, key, num_basis, num_columns=None, rep
     or ``(index, (q_mu, q_log_diag, q_dense))``, the q tables at the sorted rows ``index`` that the
     estimate reads (:func:`rows_for`), which it then reads instead of the whole tables: the strict
     ``O(1)`` step differentiates and updates only these (an exact refresh of the control
-    variates still reads the whole tables)."""
+    variates still reads the whole tables).
+
+    ``paper_literal``: Theorem 3 exactly as printed, for any likelihood
+    (:func:`~sparsegp_common.objectives.quadruply_stochastic.literal_bound`: not a bound on the
+    ELBO; for reproducing the paper only)."""
     with _bound(owner, X, y) as (prior, likelihood, X, y):
         if drawn is None:
-            drawn = _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement)
+            drawn = _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement, paper_literal)
         return _loss(owner, prior, likelihood, X, y, drawn, control, gathered)
 
 
-def draw_for(owner, X, y, key, num_basis, num_columns=None, replacement=True):
+def draw_for(owner, X, y, key, num_basis, num_columns=None, replacement=True, paper_literal=False):
     """The random indices (and normal draws) of one :func:`quadruply_stochastic_loss` of ``owner``."""
     with _bound(owner, X, y) as (prior, likelihood, X, _):
-        return _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement)
+        return _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement, paper_literal)
 
 
 def rows_for(drawn, state=None):
@@ -217,8 +221,10 @@ def rows_for(drawn, state=None):
     return quadruply_stochastic.rows_read(drawn, *(() if state is None else (state.rows,)))
 
 
-def _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement):
+def _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement, paper_literal):
     key, q = owner._sites.key(key), prior.chevron()
+    if paper_literal:
+        return quadruply_stochastic.literal_draw(key, X, q, num_basis, replacement)
     if isinstance(likelihood, Gaussian):
         return quadruply_stochastic.draw(key, X, q, num_basis, num_columns, replacement)
     return quadruply_stochastic.bound_draw(key, X, q, num_basis, replacement)
@@ -228,6 +234,8 @@ def _loss(owner, prior, likelihood, X, y, drawn, control, gathered):
     full, ops = prior.chevron(), backend(X)
     q = full if gathered is None else GatheredChevron(gathered[0], *gathered[1], full.num_weights)
     num_data = X.shape[0] if owner.num_data is None else owner.num_data
+    if isinstance(drawn, quadruply_stochastic.LiteralDraw):
+        return quadruply_stochastic.literal_bound(prior.basis, q, X, y, likelihood.expected_log_prob, num_data, drawn)
     if not isinstance(likelihood, Gaussian):
         if control is not None:
             raise ValueError("control_variates are for the Gaussian likelihood's estimator")
@@ -314,18 +322,27 @@ class QuadruplyStochasticELBO:
         replacement: draw with replacement (the default).
         control_variates: None, or the support rows ``(n_bar, D)``.
         refresh_every: steps between exact recomputations of the control variates' state.
+        paper_literal: for reproducing the paper only: its Theorem 3 as printed, for any
+            likelihood (each row's ``E_z log g(a + z s)`` with ``s`` an unbiased estimate of the
+            latent variance where the standard deviation belongs: not a bound on the ELBO).
     """
 
     #: optimiser classes (by name) that change only the entries with a nonzero gradient
     SPARSE_OPTIMISERS = ("Adagrad", "SGD")
 
-    def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000):
+    def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000,
+                 paper_literal=False):
         self.num_basis = checks.positive_int(num_basis, "num_basis")
         self.num_columns = None if num_columns is None else checks.positive_int(num_columns, "num_columns")
         if not isinstance(replacement, bool):
             raise TypeError(f"replacement must be True or False, got {replacement!r}")
         if control_variates is not None and num_columns is not None:
             raise ValueError("control_variates cover every dense column: leave num_columns=None")
+        if not isinstance(paper_literal, bool):
+            raise TypeError(f"paper_literal must be True or False, got {paper_literal!r}")
+        if paper_literal and (control_variates is not None or num_columns is not None):
+            raise ValueError("paper_literal draws its own columns of C and takes no control_variates")
+        self.paper_literal = paper_literal
         self.replacement, self.control_variates = replacement, control_variates
         self.refresh_every = checks.positive_int(refresh_every, "refresh_every")
 
@@ -344,11 +361,12 @@ class QuadruplyStochasticELBO:
         :func:`quadruply_stochastic_loss`); with control variates ``(estimate, new state)`` from ``state``."""
         control = None if self.control_variates is None else (state, self.refresh_every)
         return quadruply_stochastic_loss(self._owner(model, kwargs), X, y, key, self.num_basis, self.num_columns,
-                                         self.replacement, control, drawn, gathered)
+                                         self.replacement, control, drawn, gathered, self.paper_literal)
 
     def draw(self, model, X, y, key=None):
         """The random indices of one estimate (for :meth:`rows` and ``negative_elbo(drawn=...)``)."""
-        return draw_for(self._owner(model, {}), X, y, key, self.num_basis, self.num_columns, self.replacement)
+        return draw_for(self._owner(model, {}), X, y, key, self.num_basis, self.num_columns, self.replacement,
+                        self.paper_literal)
 
     @staticmethod
     def rows(drawn, state=None):

@@ -7,7 +7,7 @@ factor; about ``(k + 2) m`` numbers in all.
 Every read is of gathered rows (``mean(I)``, ``column_block(I, R)``, ``log_diagonal(I)``), so an
 estimator that touches ``m~`` of the ``m`` weights costs ``O(m~ k)``, not ``O(m)``.
 """
-from sparsegp_common.ops import namespace
+from sparsegp_common.ops import device, namespace
 
 __all__ = ["Chevron", "GatheredChevron"]
 
@@ -58,6 +58,19 @@ class Chevron:
         below = xp.take(xp.take(self.dense, self._at(I), axis=0), R, axis=1)
         diagonal = xp.exp(self.log_diagonal(I))[:, None]
         return xp.where(rows > cols, below, xp.where(rows == cols, diagonal, xp.zeros_like(below)))
+
+    def entries(self, I, R):
+        """``C[I, R]``, ``(len(I), len(R))``, for any columns ``R`` (dense or diagonal)."""
+        xp = namespace(self.dense)
+        k = self.num_dense
+        rows, cols = I[:, None], R[None, :]
+        if k:
+            below = xp.take(xp.take(self.dense, self._at(I), axis=0), xp.clip(R, 0, k - 1), axis=1)
+            below = xp.where((cols < k) & (rows > cols), below, xp.zeros_like(below))
+        else:
+            below = xp.zeros((I.shape[0], R.shape[0]), dtype=self.dense.dtype, device=device(self.dense))
+        diagonal = xp.exp(self.log_diagonal(I))[:, None]
+        return below + xp.where(rows == cols, diagonal, xp.zeros_like(below))
 
     def covariance(self):
         """The dense ``C C^T``, ``(m, m)``: for small ``m`` (references, diagnostics)."""
