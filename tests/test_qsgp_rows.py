@@ -218,3 +218,25 @@ def test_a_step_by_rows_does_not_grow_with_m(backend, monkeypatch):
             _fit(backend, model, loss, X, y, by_rows, monkeypatch, steps=1)
     assert temporaries[True, 200_000] <= 1.05 * temporaries[True, 20_000], temporaries
     assert temporaries[False, 200_000] > 5 * temporaries[False, 20_000], temporaries
+
+
+def test_float32_fit_by_rows(backend, monkeypatch):
+    """In float32 the step by rows and the dense step agree to float32 round-off over 20 steps
+    (control variates on): the tables' values, the losses and the hyperparameters."""
+    lib, runs = backend.lib, []
+    X, y = _sine()
+    for by_rows in (True, False):
+        kernel = lib.RBF(lengthscale=backend.array([1.0], np.float32), variance=backend.array(1.0, np.float32))
+        model = lib.GPModel(lib.QSGP(kernel, 80, 1, num_dense=2),
+                            lib.Gaussian(variance=backend.array(0.05, np.float32)), num_data=len(X))
+        loss = lib.QuadruplyStochasticELBO(num_basis=12, control_variates=backend.array(X[:20], np.float32),
+                                           refresh_every=7)
+        result = _fit(backend, model, loss, backend.array(X, np.float32), backend.array(y, np.float32), by_rows,
+                      monkeypatch, steps=20)
+        assert backend.numpy(result.params["gp.q_mu"]).dtype == np.float32
+        runs.append(result)
+    a, b = runs
+    np.testing.assert_allclose(a.losses, b.losses, rtol=1e-4)
+    for name in a.params:
+        np.testing.assert_allclose(backend.numpy(a.params[name]), backend.numpy(b.params[name]), rtol=1e-3,
+                                   atol=1e-4, err_msg=name)
