@@ -316,6 +316,11 @@ class QuadruplyStochasticELBO:
     further they have moved).
     ``fit`` carries the state from step to step and into checkpoints.
 
+    With AdaGrad (NumPyro's with ``momentum=0.0``) or plain SGD on the q tables, ``fit`` steps by
+    rows: it draws the indices first (:meth:`draw`), gathers the rows of the tables they read
+    (:meth:`rows`, :meth:`tables`), differentiates the loss with respect to those rows only and
+    updates them in place, so that neither a step's time nor its working memory grows with ``m``.
+
     Args:
         num_basis: ``m~``, the basis indices per set (at most ``m`` without replacement).
         num_columns: dense columns of ``C`` per step (None: all; must be None with control variates).
