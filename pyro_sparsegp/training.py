@@ -73,8 +73,9 @@ class _Trainer(Trainer):
         value, rows, slices = self.loss_fn.by_rows(self.model, self.guide, *batch, tables=self.tables)
         value.backward()
         for table, piece in zip(self.tables, slices):
-            grad = torch.zeros_like(piece) if piece.grad is None else piece.grad
-            table.grad = torch.sparse_coo_tensor(rows[None], grad, table.shape, check_invariants=False)
+            if table.numel():  # a mean-field q's (m, 0) table has nothing to step (torch's sparse AdaGrad fails on it)
+                grad = torch.zeros_like(piece) if piece.grad is None else piece.grad
+                table.grad = torch.sparse_coo_tensor(rows[None], grad, table.shape, check_invariants=False)
         return value
 
     def _replay(self, batch):
