@@ -113,8 +113,8 @@ def literal_draw(key, like, q, num_basis, replacement=True):
 
 
 def rows_read(drawn, *more):
-    """The sorted rows of ``q``'s tables that an estimate from ``drawn`` (a :class:`Draw` or
-    :class:`BoundDraw`) reads, with the index arrays ``more`` (repeats kept): what a
+    """The sorted rows of ``q``'s tables that an estimate from ``drawn`` (a :class:`Draw`,
+    :class:`BoundDraw` or :class:`LiteralDraw`) reads, with the index arrays ``more`` (repeats kept): what a
     :class:`~sparsegp_common.variational.chevron.GatheredChevron` must hold for it."""
     xp = namespace(drawn.I)
     parts = list(drawn.rows())
