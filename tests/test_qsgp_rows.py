@@ -131,6 +131,17 @@ def test_gathered_rows_give_the_loss_and_its_gradient(backend, rng, likelihood):
 # -- fit -------------------------------------------------------------------------------------------
 
 
+def _fit_groups(backend):
+    """AdaGrad on the q tables (NumPyro: without momentum): the step by rows."""
+    if backend.name == "pyro":
+        import torch
+
+        return [{"params": "gp.q_*", "optimizer": torch.optim.Adagrad, "lr": 0.1}]
+    import numpyro
+
+    return [{"params": "gp.q_*", "optimizer": numpyro.optim.Adagrad, "lr": 0.1, "momentum": 0.0}]
+
+
 def _fit(backend, model, loss, X, y, by_rows, monkeypatch, optimizer="adagrad", steps=25):
     lib = backend.lib
     if backend.name == "pyro":
@@ -245,3 +256,40 @@ def test_float32_fit_by_rows(backend, monkeypatch):
     for name in a.params:
         np.testing.assert_allclose(backend.numpy(a.params[name]), backend.numpy(b.params[name]), rtol=1e-3,
                                    atol=1e-4, err_msg=name)
+
+
+def test_restore_best_by_rows(backend, monkeypatch):
+    """``fit(validation=..., restore_best=True)`` by rows ends with the values of its best
+    evaluation (NumPyro: the snapshot is a copy, not the state its next steps update in place)."""
+    model, loss, X, y = _model(backend, 60)
+    seen = []
+
+    def validation(params):
+        value = float(np.sum(backend.numpy(params["gp.q_mu"]) ** 2))
+        seen.append((value, backend.numpy(params["gp.q_mu"]).copy()))
+        return -value if len(seen) == 2 else value  # the second evaluation is the best
+
+    backend.reset(0)
+    result = backend.lib.fit(model.model, model.guide, (X, y), num_steps=12, batch_size=50, lr=0.01, progress=False,
+                             loss=loss, validation=validation, eval_every=4, restore_best=True,
+                             param_groups=_fit_groups(backend))
+    assert len(seen) == 3
+    np.testing.assert_array_equal(backend.numpy(result.params["gp.q_mu"]), seen[1][1])
+    assert not np.array_equal(seen[1][1], seen[2][1])
+
+
+def test_pyro_sparse_adam_on_the_tables():
+    """Pyro: ``torch.optim.SparseAdam`` (lazy Adam: moments of the rows with a gradient only) on
+    the q tables steps by rows too (it takes only sparse gradients): one step changes at most the
+    rows it read."""
+    torch = pytest.importorskip("torch")
+    from backends import PyroBackend
+
+    backend = PyroBackend()
+    model, loss, X, y = _model(backend, 2000, cv=False, num_basis=16)
+    backend.set(model.prior, q_mu=np.full(2000, 0.5))
+    backend.reset(0)
+    backend.lib.fit(model.model, model.guide, (X, y), num_steps=1, batch_size=50, lr=0.01, progress=False, loss=loss,
+                    param_groups=[{"params": "gp.q_*", "optimizer": torch.optim.SparseAdam, "lr": 0.01}])
+    changed = int(np.sum(backend.numpy(model.prior.q_mu) != 0.5))
+    assert 0 < changed <= 3 * 16 + 2
