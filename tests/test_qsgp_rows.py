@@ -293,3 +293,20 @@ def test_pyro_sparse_adam_on_the_tables():
                     param_groups=[{"params": "gp.q_*", "optimizer": torch.optim.SparseAdam, "lr": 0.01}])
     changed = int(np.sum(backend.numpy(model.prior.q_mu) != 0.5))
     assert 0 < changed <= 3 * 16 + 2
+
+
+def test_gathered_chevron_reads_its_rows_only(rng):
+    """A GatheredChevron reads any held row as the whole Chevron does (repeats from the first copy)
+    and refuses to build the dense factor, which needs every row."""
+    from sparsegp_common.variational.chevron import Chevron, GatheredChevron
+
+    q = Chevron(rng.normal(size=9), rng.normal(size=9), rng.normal(size=(9, 3)))
+    index = np.array([0, 2, 2, 5, 7])
+    part = GatheredChevron(index, q.q_mu[index], q.log_diag[index], q.dense[index], 9)
+    I, R = np.array([7, 2, 0, 5]), np.array([0, 1, 2, 4, 6])
+    np.testing.assert_array_equal(part.mean(I), q.mean(I))
+    np.testing.assert_array_equal(part.column_block(I, R[:3]), q.column_block(I, R[:3]))
+    np.testing.assert_array_equal(part.entries(I, R), q.entries(I, R))
+    np.testing.assert_array_equal(q.entries(np.arange(9), np.arange(9)), q.dense_factor())
+    with pytest.raises(TypeError, match="only some rows"):
+        part.covariance()

@@ -108,3 +108,6 @@ class GatheredChevron(Chevron):
 
     def _at(self, I):
         return namespace(self.index).searchsorted(self.index, I, side="left")
+
+    def dense_factor(self):
+        raise TypeError("a GatheredChevron holds only some rows of C: build the dense factor from the whole tables")
