@@ -52,12 +52,8 @@ class Chevron:
 
     def column_block(self, I, R):
         """``C[I, R]``, ``(len(I), len(R))``, for dense columns ``R`` (each ``< k``): the dense
-        entry below the diagonal, ``C_rr`` on it, zero above it."""
-        xp = namespace(self.dense)
-        rows, cols = I[:, None], R[None, :]
-        below = xp.take(xp.take(self.dense, self._at(I), axis=0), R, axis=1)
-        diagonal = xp.exp(self.log_diagonal(I))[:, None]
-        return xp.where(rows > cols, below, xp.where(rows == cols, diagonal, xp.zeros_like(below)))
+        entry below the diagonal, ``C_rr`` on it, zero above it (:meth:`entries`)."""
+        return self.entries(I, R)
 
     def entries(self, I, R):
         """``C[I, R]``, ``(len(I), len(R))``, for any columns ``R`` (dense or diagonal)."""
