@@ -20,6 +20,20 @@ def nonnegative_int(value, name):
     return int(value)
 
 
+def nonnegative_float(value, name):
+    """A finite number at least 0, as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite non-negative number, got {value!r}")
+    return float(value)
+
+
+def positive_float(value, name):
+    """A finite number above 0, as a float."""
+    if nonnegative_float(value, name) == 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return float(value)
+
+
 def one_of(value, name, allowed):
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")

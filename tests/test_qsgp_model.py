@@ -243,11 +243,11 @@ def _state(backend, loss, result):
 def _exact_support_product(backend, model, state, caught_up=False):
     """``Phi_p v`` at the model's current values, recomputed from scratch; or (``caught_up``) as
     the next step finds it from ``state`` (which holds ``a`` before the last step's update)."""
-    from sparsegp_common.objectives.control_variates import Support, catch_up
+    from sparsegp_common.objectives.control_variates import catch_up, support
     from sparsegp_common.priors import qsgp
 
     prior = backend.bound(model.prior)
-    support, q = Support(state.X, prior.basis.fixed(state.lengthscale, state.variance)), prior.chevron()
+    support, q = support(state.X, prior.basis.fixed(state.lengthscale, state.variance)), prior.chevron()
     if caught_up:
         return backend.numpy(catch_up(support, state, lambda rows: qsgp._columns(q, rows)))
     return backend.numpy(qsgp._support_product(support, q))
@@ -284,6 +284,42 @@ def test_dense_optimisers_are_refused_with_control_variates(backend):
         backend.lib.QuadruplyStochasticELBO(num_columns=1, control_variates=X[:5])
 
 
+def control_variate_estimates(backend, model, loss, X, y, replicates, knocked=None):
+    """``replicates`` estimates of ``loss`` (with control variates) from a state at the model's
+    current values (never a refresh step); and with ``knocked``, a function of that state, the
+    state after one step from ``knocked(state)``."""
+    if backend.name == "pyro":
+        import torch
+
+        torch.manual_seed(0)
+        state = loss.initial_state(model.model, X, y)
+        values = []
+        for _ in range(replicates):
+            loss.state = state._replace(step=state.step * 0 + 1)
+            values.append(loss.loss(model.model, model.guide, X, y))
+        if knocked is None:
+            return np.array(values), None
+        loss.state = knocked(state)
+        loss.loss(model.model, model.guide, X, y)
+        return np.array(values), loss.state
+    import jax
+    from numpyro import handlers
+
+    with handlers.trace() as trace, handlers.seed(rng_seed=0):
+        model.model(X, y)
+    params = {k: s["value"] for k, s in trace.items() if s["type"] == "param"}
+    with handlers.substitute(data=params):
+        state = loss.initial_state(model.model, X, y)
+
+    def one(key, s):
+        out = loss.loss_with_mutable_state(key, {**params, "control_variates": s}, model.model, model.guide, X, y)
+        return out["loss"], out["mutable_state"]["control_variates"]
+
+    keys = jax.random.split(jax.random.PRNGKey(0), replicates)
+    values = np.asarray(jax.jit(jax.vmap(lambda k: one(k, state._replace(step=state.step * 0 + 1))[0]))(keys))
+    return values, None if knocked is None else one(keys[0], knocked(state))[1]
+
+
 def test_control_variates_keep_the_loss_unbiased_and_refresh(backend, rng):
     """With a state at the current values, the loss with control variates has the exact negative
     ELBO as its mean (z-test); a state knocked off ``Phi_p v`` is exact again after a refresh step."""
@@ -291,37 +327,9 @@ def test_control_variates_keep_the_loss_unbiased_and_refresh(backend, rng):
     Xs = backend.array(rng.normal(size=(6, D)))
     loss = backend.lib.QuadruplyStochasticELBO(num_basis=3, control_variates=Xs, refresh_every=4)
     exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
-    Xa, ya = backend.array(X), backend.array(y)
-    if backend.name == "pyro":
-        import torch
-
-        torch.manual_seed(0)
-        state = loss.initial_state(model.model, Xa, ya)
-        values = []
-        for _ in range(1500):
-            loss.state = state._replace(step=state.step * 0 + 1)  # never a refresh step
-            values.append(loss.loss(model.model, model.guide, Xa, ya))
-        values = np.array(values)
-        loss.state = state._replace(a=state.a + 1.0, step=state.step * 0 + 4)
-        loss.loss(model.model, model.guide, Xa, ya)
-        refreshed = loss.state
-    else:
-        import jax
-        from numpyro import handlers
-
-        with handlers.trace() as trace, handlers.seed(rng_seed=0):
-            model.model(Xa, ya)
-        params = {k: s["value"] for k, s in trace.items() if s["type"] == "param"}
-        with handlers.substitute(data=params):
-            state = loss.initial_state(model.model, Xa, ya)
-
-        def one(key, s):
-            out = loss.loss_with_mutable_state(key, {**params, "control_variates": s}, model.model, model.guide, Xa, ya)
-            return out["loss"], out["mutable_state"]["control_variates"]
-
-        keys = jax.random.split(jax.random.PRNGKey(0), 4000)
-        values = np.asarray(jax.jit(jax.vmap(lambda k: one(k, state._replace(step=state.step * 0 + 1))[0]))(keys))
-        refreshed = one(keys[0], state._replace(a=state.a + 1.0, step=state.step * 0 + 4))[1]
+    values, refreshed = control_variate_estimates(
+        backend, model, loss, backend.array(X), backend.array(y), 1500 if backend.name == "pyro" else 4000,
+        knocked=lambda state: state._replace(a=state.a + 1.0, step=state.step * 0 + 4))
     z = (values.mean() - exact) / (values.std() / np.sqrt(len(values)))
     assert abs(z) < 4, (values.mean(), exact, z)
     np.testing.assert_allclose(backend.numpy(refreshed.a), _exact_support_product(backend, model, refreshed),

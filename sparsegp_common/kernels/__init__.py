@@ -70,11 +70,13 @@ class Stationary(Kernel):
         self._param("lengthscale", lengthscale, "positive")
         self._param("variance", variance, "positive")
 
-    def scaled_sqdist(self, X, Z=None):
-        """Squared scaled distances, ``batch_shape + (N, M)``; centred first for accuracy."""
+    def scaled_sqdist(self, X, Z=None, lengthscale=None):
+        """Squared scaled distances, ``batch_shape + (N, M)``; centred first for accuracy
+        (``lengthscale``: a value to use instead of the kernel's)."""
         xp = namespace(X, Z)
-        self._check_dimension(X.shape[-1])
-        ls = self.lengthscale[..., None, :]
+        lengthscale = self.lengthscale if lengthscale is None else lengthscale
+        self._check_dimension(X.shape[-1], lengthscale)
+        ls = lengthscale[..., None, :]
         shift = xp.mean(X, axis=-2, keepdims=True)
         Xs = (X - shift) / ls
         Zs = Xs if Z is None else (Z - shift) / ls
@@ -83,8 +85,8 @@ class Stationary(Kernel):
             r2 = xp.where(xp.eye(X.shape[-2], dtype=xp.bool, device=device(X)), 0.0, r2)
         return r2
 
-    def _check_dimension(self, D):
-        size = self.lengthscale.shape[-1]
+    def _check_dimension(self, D, lengthscale=None):
+        size = (self.lengthscale if lengthscale is None else lengthscale).shape[-1]
         if size not in (1, D):
             raise ValueError(f"lengthscale has {size} entries but the inputs have {D} dimensions: give one "
                              f"per input dimension (ARD) or a single one")
@@ -93,7 +95,12 @@ class Stationary(Kernel):
         raise NotImplementedError
 
     def K(self, X, Z=None):
-        return self.variance[..., None, None] * self.shape_fn(self.scaled_sqdist(X, Z))
+        return self.K_at(X, Z, self.lengthscale, self.variance)
+
+    def K_at(self, X, Z, lengthscale, variance):
+        """``K(X, Z)`` at the given ``lengthscale`` and ``variance`` instead of the kernel's own
+        (e.g. values held out of the gradient)."""
+        return variance[..., None, None] * self.shape_fn(self.scaled_sqdist(X, Z, lengthscale))
 
     def K_diag(self, X):
         variance = self.variance

@@ -14,6 +14,12 @@ its correlation with the estimate fades, until a refresh moves them), so ``a`` i
 the entries a step changed (:func:`advance`): an optimiser that moves only the drawn entries
 (SGD, AdaGrad) keeps it exact; Adam's moments move every entry and would make it wrong.
 
+For a dense prior precision ``S = K(Z, Z)`` (a kernel basis) the prior quadratic ``v^T S v`` is
+estimated from the same two sets, and App. F.2's Nystrom control variate cancels its noise the
+same way: the support rows gain ``Psi = L^-1 K(X_p, Z)`` (``L L^T = K(X_p, X_p)``, so that
+``Psi^T Psi`` is the Nystrom approximation of ``S``) with coefficient 1, beside ``Phi_p`` with
+coefficient ``n / (noise n_bar)`` (:meth:`Support.features`, :meth:`Support.coefficients`).
+
 The gradient of ``|a|^2`` is dense; its entries at ``U``, the distinct indices of ``I`` and
 ``J``, are kept and scaled by ``m / |U|`` (F.1), which is unbiased for exchangeable draws. Repeated
 indices count once: each occurrence is weighted by one over its multiplicity (from a sort), so no
@@ -21,24 +27,52 @@ indices count once: each occurrence is weighted by one over its multiplicity (fr
 """
 from typing import NamedTuple
 
-from sparsegp_common.ops import backend, namespace
+from sparsegp_common.linalg import cholesky, solve_lower
+from sparsegp_common.ops import backend, device, namespace
 
-__all__ = ["State", "Support", "advance", "catch_up", "initial_state", "occurrences", "pair"]
+__all__ = ["State", "Support", "advance", "catch_up", "initial_state", "occurrences", "pair", "support"]
 
 
 class Support(NamedTuple):
-    """The support rows: their inputs ``X`` ``(n_bar, D)`` and the basis as it was at
-    initialisation, ``basis`` (``features(X, I)``)."""
+    """The support rows: their inputs ``X`` ``(n_bar, D)``, the basis as it was at
+    initialisation, ``basis`` (``features(X, I)``), and for a dense prior precision the
+    Cholesky factor ``nystrom`` of ``K(X, X)`` (None: a diagonal one)."""
 
     X: object
     basis: object
+    nystrom: object = None
+
+    def features(self, I):
+        """The support rows' features of the basis functions ``I``: ``Phi_p[:, I]`` ``(n_bar, len(I))``,
+        and below them ``Psi[:, I]`` with a dense prior precision (``(2 n_bar, len(I))``)."""
+        Phi = self.basis.features(self.X, I)
+        if self.nystrom is None:
+            return Phi
+        return namespace(Phi).concat([Phi, solve_lower(self.nystrom, self.basis.prior_cross(self.X, I))], axis=0)
+
+    def coefficients(self, num_data, noise, like):
+        """Each support row's coefficient ``(rows,)``: ``n / (noise n_bar)`` for the data rows, 1 for
+        the Nystrom rows."""
+        xp, n_bar = namespace(like), self.X.shape[0]
+        data = xp.ones((n_bar,), dtype=like.dtype, device=device(like)) * (num_data / (noise * n_bar))
+        if self.nystrom is None:
+            return data
+        return xp.concat([data, xp.ones((n_bar,), dtype=like.dtype, device=device(like))])
+
+
+def support(X, basis):
+    """The :class:`Support` on the rows ``X`` for ``basis`` (the Nystrom factor computed here
+    when its prior precision is dense: ``O(n_bar^3)``)."""
+    if basis.diagonal_prior:
+        return Support(X, basis)
+    return Support(X, basis, cholesky(basis.gram(X), basis.jitter))
 
 
 def initial_state(support, v):
-    """``a = Phi_p v`` exactly, ``(n_bar, p)`` for ``v`` ``(m, p)``: ``O(n_bar m)``, at the start and
+    """``a = Phi_p v`` exactly, ``(rows, p)`` for ``v`` ``(m, p)``: ``O(n_bar m)``, at the start and
     at every refresh (which clears round-off drift)."""
     xp = namespace(v)
-    return support.basis.features(support.X, xp.arange(v.shape[0])) @ v
+    return support.features(xp.arange(v.shape[0])) @ v
 
 
 def occurrences(index, dtype):
@@ -66,17 +100,17 @@ def pair(support, a, v_I, v_J, I, J, num_weights, num_data, noise):
         ``sum_columns |Phi v|^2 / noise``.
     """
     xp, ops = namespace(v_I), backend(v_I)
-    m, n_bar = num_weights, support.X.shape[0]
-    scale = num_data / (noise * n_bar)
-    Phi_I, Phi_J = support.basis.features(support.X, I), support.basis.features(support.X, J)
-    sampled = scale * (m / I.shape[0]) * (m / J.shape[0]) * xp.sum((Phi_J @ v_J) * (Phi_I @ v_I))
+    m = num_weights
+    scale = support.coefficients(num_data, noise, v_I)[:, None]
+    Phi_I, Phi_J = support.features(I), support.features(J)
+    sampled = (m / I.shape[0]) * (m / J.shape[0]) * xp.sum(scale * (Phi_J @ v_J) * (Phi_I @ v_I))
     weights, size = occurrences(xp.concat([I, J]), v_I.dtype)
     v_U = xp.concat([v_I, v_J])
     live = a + xp.concat([Phi_I, Phi_J], axis=1) @ (weights[:, None] * (v_U - ops.stop_gradient(v_U)))
     # scale |a|^2 with its gradient w.r.t. v scaled by m / |U| (F.1), the noise's left exact
-    squares = xp.sum(live**2)
-    change = squares - ops.stop_gradient(squares)  # value 0, the gradient w.r.t. v at U
-    return scale * ops.stop_gradient(squares) + (m / size) * scale * change - sampled
+    squares = live**2
+    change = xp.sum(ops.stop_gradient(scale) * (squares - ops.stop_gradient(squares)))  # value 0, the gradient w.r.t. v at U
+    return xp.sum(scale * ops.stop_gradient(squares)) + (m / size) * change - sampled
 
 
 def advance(support, a, rows, change):
@@ -84,7 +118,7 @@ def advance(support, a, rows, change):
     being the step's change of ``v`` at ``rows``, ``(len(rows), p)`` (repeated rows hold the same
     change and count once)."""
     weights, _ = occurrences(rows, a.dtype)
-    return a + support.basis.features(support.X, rows) @ (weights[:, None] * change)
+    return a + support.features(rows) @ (weights[:, None] * change)
 
 
 class State(NamedTuple):

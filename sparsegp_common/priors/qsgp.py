@@ -13,7 +13,9 @@ paper's estimator for the Gaussian likelihood (Theorems 1-2, Propositions 1-2;
 import contextlib
 
 from sparsegp_common import checks
+from sparsegp_common.features.kernel_basis import InducingPointBasis
 from sparsegp_common.features.random_fourier import RandomFourierBasis
+from sparsegp_common.linalg import cholesky
 from sparsegp_common.likelihoods import Gaussian
 from sparsegp_common.objectives import control_variates, quadruply_stochastic
 from sparsegp_common.ops import backend, device, namespace
@@ -27,35 +29,73 @@ BLOCK = 2048
 
 
 class QSGP(GPPrior):
-    """A weight-space GP prior component on ``m`` random Fourier features with a chevron ``q(w)``.
+    """A weight-space GP prior component ``f(x) = phi(x)^T w`` with a chevron ``q(w)``, on ``m``
+    random Fourier features or on the kernel functions at ``inducing_points``.
 
-    ``f(x) = phi(x)^T w``, ``phi_i(x) = sqrt(2 variance / m) cos(omega_i^T x + b_i)``,
+    Random Fourier features (the default): ``phi_i(x) = sqrt(2 variance / m) cos(omega_i^T x + b_i)``,
     ``w ~ N(0, I)`` (so that ``E[phi(x)^T phi(z)] = k(x, z)``;
-    :class:`~sparsegp_common.features.random_fourier.RandomFourierBasis`), and
+    :class:`~sparsegp_common.features.random_fourier.RandomFourierBasis`); the kernel's
+    hyperparameters are learnt with the rest (empirical Bayes).
+
+    Inducing points (``inducing_points=Z``, e.g. every training input as in Evans and Nair, 2020,
+    App. I.2): ``phi_j(x) = k(x, z_j)`` and ``w ~ N(0, S^-1)`` with the dense ``S = K(Z, Z) +
+    jitter I`` (:class:`~sparsegp_common.features.kernel_basis.InducingPointBasis`), so that the
+    prior of ``f`` at ``Z`` is the GP's. The kernel's hyperparameters and ``Z`` are held at their
+    values (no gradient): ``log|S|`` has no ``O(1)`` estimate, so it is computed once here
+    (``O(m^3)``; a :class:`~sparsegp_common.linalg.CholeskyError` says to raise ``jitter``) and
+    the ELBO's hyperparameter gradient would miss it.
+
     ``q(w) = N(q_mu, C C^T)`` with a lower-triangular ``C`` whose first ``num_dense`` columns
-    are dense and the others diagonal (Evans and Nair, 2020, Sec. 2.2).
+    are dense and the others diagonal (Sec. 2.2).
 
     Args:
-        kernel: a squared exponential or Matern kernel: the frequencies' distribution, and the
-            lengthscale and variance that ``fit`` learns with the rest (empirical Bayes).
-        num_features: ``m``, the number of basis functions (the frequencies are recomputed from
-            ``seed`` and their index, never stored).
-        input_dim: ``D``.
+        kernel: a squared exponential or Matern kernel (any stationary kernel with
+            ``inducing_points``).
+        num_features: ``m``, the number of basis functions (random Fourier: the frequencies are
+            recomputed from ``seed`` and their index, never stored); with ``inducing_points``
+            their number (None: taken from them).
+        input_dim: ``D`` (None with ``inducing_points``: their columns).
+        inducing_points: None, or ``(m, D)`` inputs ``Z`` of the kernel basis.
         num_dense: ``k``, the dense columns of ``C``: 0 (the default) is mean-field, ``m`` a
             full Cholesky factor; ``(k + 2) m`` numbers in all.
         seed: an integer naming the frequencies.
+        jitter: added to ``S``'s diagonal (inducing points).
+        augment_noise: None, or the Gaussian likelihood's noise variance ``sigma^2`` (inducing
+            points): ``q(f(x))`` then adds Evans and Nair's Proposition 4 (App. G), the basis
+            function ``k(., x)`` at its optimal variance, uncorrelated with the others:
+            ``k(x, x)^2 / (|k(x, Z)|^2 / sigma^2 + k(x, x))``, which brings the variance back to
+            the prior's away from ``Z`` (a latent variance: ``predict_y`` adds the noise).
         mean_function: as for every prior (None: zero).
         name: prefix of the parameters ``<name>.q_mu`` ``(m,)``, ``<name>.q_log_diag`` ``(m,)``
-            (``log C_ii``) and ``<name>.q_dense`` ``(m, k)`` (``C_ir``, ``i > r``) and of the sites.
+            (``log C_ii``) and ``<name>.q_dense`` ``(m, k)`` (``C_ir``, ``i > r``) (and
+            ``<name>.Z``, held, with inducing points) and of the sites.
 
-    ``q`` starts at the prior (``KL = 0``).
+    ``q`` starts at the prior's mean and at ``C_ii = S_ii^(-1/2)`` (the prior itself when
+    ``S = I``: ``KL = 0``).
     """
 
-    def __init__(self, kernel, num_features, input_dim, *, num_dense=0, seed=0, mean_function=None, name="gp"):
+    def __init__(self, kernel, num_features=None, input_dim=None, *, inducing_points=None, num_dense=0, seed=0,
+                 jitter=1e-6, augment_noise=None, mean_function=None, name="gp"):
         super().__init__(name)
         self.kernel = kernel
-        m = checks.positive_int(num_features, "num_features")
-        self._input_dim = checks.positive_int(input_dim, "input_dim")
+        like = kernel.first_parameter()
+        self.jitter = checks.nonnegative_float(jitter, "jitter")
+        self.augment_noise = None if augment_noise is None else checks.positive_float(augment_noise, "augment_noise")
+        self._log_det = None
+        if inducing_points is None:
+            if num_features is None or input_dim is None:
+                raise TypeError("QSGP needs num_features and input_dim (random Fourier features), or inducing_points")
+            if augment_noise is not None:
+                raise ValueError("augment_noise is for inducing_points (App. G adds the basis function k(., x))")
+            m = checks.positive_int(num_features, "num_features")
+            self._input_dim = checks.positive_int(input_dim, "input_dim")
+        else:
+            Z = self._checks.inputs(inducing_points, "inducing_points", input_dim, like=like)
+            m, self._input_dim = Z.shape
+            if num_features is not None and checks.positive_int(num_features, "num_features") != m:
+                raise ValueError(f"num_features={num_features} but inducing_points has {m} rows")
+            self._param("Z", namespace(Z).asarray(Z, copy=True))
+            self._log_det = _log_det(kernel, Z, self.jitter)
         self.num_dense = checks.nonnegative_int(num_dense, "num_dense")
         if self.num_dense > m:
             raise ValueError(f"num_dense must be at most num_features = {m}, got {num_dense}")
@@ -63,10 +103,12 @@ class QSGP(GPPrior):
             raise TypeError(f"seed must be an integer, got {seed!r}")
         self.num_features, self.seed = m, seed
         self.basis  # refuses kernels without a random Fourier basis
-        like = kernel.first_parameter()
         xp = namespace(like)
-        for name, shape in (("q_mu", (m,)), ("q_log_diag", (m,)), ("q_dense", (m, self.num_dense))):
-            self._param(name, xp.zeros(shape, dtype=like.dtype, device=device(like)))  # three arrays, not views of one
+        # C_ii = S_ii^(-1/2): the prior's scale (with S = I, the prior itself)
+        S = backend(like).stop_gradient(self.basis.prior_diagonal(xp.arange(m, device=device(like))))
+        self._param("q_mu", xp.zeros((m,), dtype=like.dtype, device=device(like)))  # three arrays, not views of one
+        self._param("q_log_diag", -0.5 * xp.log(S))
+        self._param("q_dense", xp.zeros((m, self.num_dense), dtype=like.dtype, device=device(like)))
         self._set_mean_function(mean_function, like)
 
     @property
@@ -75,27 +117,41 @@ class QSGP(GPPrior):
 
     @property
     def basis(self):
-        """The random Fourier basis of the (bound) kernel."""
-        return RandomFourierBasis(self.kernel, self.num_features, self.input_dim, self.seed)
+        """The basis of the (bound) kernel: random Fourier features, or the kernel functions at
+        ``Z`` with the hyperparameters held."""
+        if self._log_det is None:
+            return RandomFourierBasis(self.kernel, self.num_features, self.input_dim, self.seed)
+        hold = backend(self.Z).stop_gradient
+        basis = InducingPointBasis(self.kernel, hold(self.Z), self.jitter, self._log_det)
+        return basis.fixed(hold(self.kernel.lengthscale), hold(self.kernel.variance))
 
     def chevron(self):
         """``q(w)`` as a :class:`~sparsegp_common.variational.chevron.Chevron` (read by gathered rows)."""
         return Chevron(self.q_mu, self.q_log_diag, self.q_dense)
 
     def _posterior(self):
-        return ChevronPosterior(self.basis, self.chevron())
+        return ChevronPosterior(self.basis, self.chevron(), self.augment_noise)
 
     def prior_variance(self, X):
         return self.kernel.K_diag(X)
 
 
-class ChevronPosterior:
-    """``q(f(X))`` of a weight-space model ``f = Phi w`` with ``q(w)`` a chevron and a diagonal prior
-    precision ``S``: the posterior interface of :mod:`sparsegp_common.priors` (``kl``, ``marginals``;
-    no global site ``u``, as ``w`` is integrated out)."""
+def _log_det(kernel, Z, jitter):
+    """``log|K(Z, Z) + jitter I|`` as a float: one factorisation (in float64), at the kernel's
+    current values."""
+    xp = namespace(Z)
+    L = backend(Z).stop_gradient(cholesky(kernel.K(Z), jitter, max_tries=0, dtype="float64"))
+    return float(2 * xp.sum(xp.log(xp.linalg.diagonal(L))))
 
-    def __init__(self, basis, q):
-        self.basis, self.q = basis, q
+
+class ChevronPosterior:
+    """``q(f(X))`` of a weight-space model ``f = Phi w`` with ``q(w)`` a chevron and the prior
+    ``w ~ N(0, S^-1)``: the posterior interface of :mod:`sparsegp_common.priors` (``kl``,
+    ``marginals``; no global site ``u``, as ``w`` is integrated out). ``augment_noise``: see
+    :class:`QSGP` (a basis of kernel functions only)."""
+
+    def __init__(self, basis, q, augment_noise=None):
+        self.basis, self.q, self.augment_noise = basis, q, augment_noise
 
     def prior_u(self):
         return None
@@ -103,41 +159,61 @@ class ChevronPosterior:
     q_u = prior_u
 
     def kl(self):
-        """``KL[q(w) || N(0, S^-1)]`` in closed form: ``O(m k)``."""
-        q = self.q
+        """``KL[q(w) || N(0, S^-1)]`` in closed form: ``O(m k)`` for a diagonal ``S``, ``O(m^2 k)``
+        (over blocks of :data:`BLOCK` rows of ``S``) for a dense one."""
+        q, basis = self.q, self.basis
         xp = namespace(q.q_mu)
         m, k = q.num_weights, q.num_dense
         rows = xp.arange(m, device=device(q.q_mu))
-        S = self.basis.prior_diagonal(rows)
-        below = xp.astype(rows[:, None] > xp.arange(k, device=device(q.q_mu))[None, :], q.dense.dtype)
-        row_squares = xp.sum((q.dense * below) ** 2, axis=1) + xp.exp(2 * q.log_diag)  # rows of C C^T's diagonal
-        return 0.5 * (xp.sum(S * (row_squares + q.q_mu**2)) - m - xp.sum(xp.log(S)) - 2 * xp.sum(q.log_diag))
+        S = basis.prior_diagonal(rows)
+        if basis.diagonal_prior:
+            below = xp.astype(rows[:, None] > xp.arange(k, device=device(q.q_mu))[None, :], q.dense.dtype)
+            row_squares = xp.sum((q.dense * below) ** 2, axis=1) + xp.exp(2 * q.log_diag)  # rows of C C^T's diagonal
+            return 0.5 * (xp.sum(S * (row_squares + q.q_mu**2)) - m - xp.sum(xp.log(S)) - 2 * xp.sum(q.log_diag))
+        # mu^T S mu and c_r^T S c_r for the dense columns; S_rr C_rr^2 for the diagonal ones
+        dense = xp.sum(basis.prior_quadratic(_columns(q, rows), BLOCK))
+        diagonal = xp.sum(xp.where(rows >= k, S * xp.exp(2 * q.log_diag), 0.0))
+        return 0.5 * (dense + diagonal - m - basis.prior_log_det() - 2 * xp.sum(q.log_diag))
 
     def marginals(self, X, full_cov=False):
         """Mean ``Phi q_mu`` ``(N,)`` and variance ``|C^T phi(x)|^2`` ``(N,)`` (``(N, N)`` covariance
-        when ``full_cov``), over blocks of :data:`BLOCK` basis functions (one compiled block in
-        JAX, however large ``m``): ``O(N m k)``."""
+        when ``full_cov``; with ``augment_noise`` Proposition 4's term on the diagonal), over
+        blocks of :data:`BLOCK` basis functions (one compiled block in JAX, however large
+        ``m``): ``O(N m k)``."""
         q = self.q
         xp = namespace(X, q.q_mu)
         N, k = X.shape[0], q.num_dense
         columns = xp.arange(k, device=device(q.q_mu))
         # hyperparameters read once: a block recomputed in the backward pass reads no parameter
         basis = self.basis.held()
+        augment = self.augment_noise is not None
 
         def block(I, weights):
-            """``[Phi q_mu, Phi C[:, :k], the diagonal columns' part]`` of the rows ``I``, side by side."""
+            """``[Phi q_mu, Phi C[:, :k], the diagonal columns' part (, |Phi|^2)]`` of the rows ``I``."""
             Phi = basis.features(X, I)
             if weights is not None:  # padding rows count zero
                 Phi = Phi * weights
             scaled = Phi * (xp.exp(q.log_diagonal(I)) * xp.astype(I >= k, X.dtype))
             rest = scaled @ scaled.mT if full_cov else xp.sum(scaled**2, axis=-1)[:, None]
-            return xp.concat([(Phi @ q.mean(I))[:, None], Phi @ q.column_block(I, columns), rest], axis=1)
+            norms = [xp.sum(Phi**2, axis=-1)[:, None]] if augment else []
+            return xp.concat([(Phi @ q.mean(I))[:, None], Phi @ q.column_block(I, columns), rest] + norms, axis=1)
 
         total = backend(X).blockwise_sum(block, q.num_weights, min(BLOCK, q.num_weights), X)
-        mean, projected, rest = total[:, 0], total[:, 1:1 + k], total[:, 1 + k:]
+        mean, projected = total[:, 0], total[:, 1:1 + k]
+        rest = total[:, 1 + k:1 + k + (N if full_cov else 1)]
+        added = _augmentation(basis, X, total[:, -1], self.augment_noise) if augment else 0.0
         if full_cov:
-            return mean, rest + projected @ projected.mT
-        return mean, rest[:, 0] + xp.sum(projected**2, axis=-1)
+            eye = xp.eye(N, dtype=X.dtype, device=device(X))
+            return mean, rest + projected @ projected.mT + eye * added
+        return mean, rest[:, 0] + xp.sum(projected**2, axis=-1) + added
+
+
+def _augmentation(basis, X, norms, noise):
+    """Evans and Nair's Proposition 4: the variance of the added basis function ``k(., x)`` at its
+    optimal (Proposition 1) scale, ``k(x, x)^2 / (|k(x, Z)|^2 / noise + k(x, x))``, ``(N,)``;
+    ``norms``: ``|k(x, Z)|^2``."""
+    prior = basis.kernel_diagonal(X)
+    return prior**2 / (norms / noise + prior)
 
 
 def _columns(q, I):
@@ -155,7 +231,7 @@ def _support_product(support, q):
 
     def block(I, weights):
         v = _columns(q, I)
-        return support.basis.features(support.X, I) @ (v if weights is None else v * weights[:, None])
+        return support.features(I) @ (v if weights is None else v * weights[:, None])
 
     ops = backend(q.q_mu)
     return ops.stop_gradient(ops.blockwise_sum(block, q.num_weights, min(BLOCK, q.num_weights), q.q_mu))
@@ -248,14 +324,14 @@ def _loss(owner, prior, likelihood, X, y, drawn, control, gathered):
 
     def refresh():  # Phi_p at the current hyperparameters, and a from scratch
         fixed = tuple(ops.stop_gradient(h) for h in (prior.kernel.lengthscale, prior.kernel.variance))
-        return (_support_product(control_variates.Support(state.X, prior.basis.fixed(*fixed)), full),) + fixed
+        return (_support_product(control_variates.support(state.X, prior.basis.fixed(*fixed)), full),) + fixed
 
     def follow():
-        support = control_variates.Support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
+        support = control_variates.support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
         return control_variates.catch_up(support, state, lambda rows: _columns(q, rows)), state.lengthscale, state.variance
 
     a, lengthscale, variance = ops.when_any((state.step % refresh_every == 0) & (state.step > 0), refresh, follow)
-    support = control_variates.Support(state.X, prior.basis.fixed(lengthscale, variance))
+    support = control_variates.support(state.X, prior.basis.fixed(lengthscale, variance))
     I, J = drawn.I, drawn.J
     loss = loss + 0.5 * control_variates.pair(support, a, _columns(q, I), _columns(q, J), I, J, q.num_weights,
                                               num_data, likelihood.variance)
@@ -280,7 +356,7 @@ def _first_state(owner, prior, X, support_X, num_basis):
     ops, xp, q = backend(X), namespace(X), prior.chevron()
     support_X = owner._checks.inputs(support_X, "control_variates", prior.input_dim, like=X)
     lengthscale, variance = (ops.stop_gradient(a) for a in (prior.kernel.lengthscale, prior.kernel.variance))
-    a = _support_product(control_variates.Support(support_X, prior.basis.fixed(lengthscale, variance)), q)
+    a = _support_product(control_variates.support(support_X, prior.basis.fixed(lengthscale, variance)), q)
     rows = xp.zeros((2 * num_basis + q.num_dense,), dtype=xp.int32, device=device(X))
     return control_variates.State(support_X, a, rows, ops.stop_gradient(_columns(q, rows)), lengthscale, variance,
                                   xp.asarray(0, dtype=xp.int32, device=device(X)))
