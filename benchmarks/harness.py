@@ -320,6 +320,29 @@ def exact_gp_hyperparameters(X, y, num_points=1000, seed=0):
     return log_ls.detach().exp().numpy(), float(log_var.detach().exp()), float(log_noise.detach().exp())
 
 
+def exact_gp_predict(X, y, X_test, hypers):
+    """Predictive mean and variance of ``y`` at ``X_test`` of the exact GP (squared exponential,
+    ``hypers`` as :func:`exact_gp_hyperparameters` returns them) on all of ``X``, ``y`` (float64,
+    ``O(n^3)``)."""
+    import torch
+
+    lengthscales, variance, noise = hypers
+    scale = torch.as_tensor(np.asarray(lengthscales), dtype=torch.float64)
+    Xs, Xt = (torch.as_tensor(a, dtype=torch.float64) / scale for a in (X, X_test))
+
+    def k(A, B):
+        return variance * torch.exp(-0.5 * torch.cdist(A, B) ** 2)
+
+    L = torch.linalg.cholesky(k(Xs, Xs) + noise * torch.eye(len(Xs), dtype=torch.float64))
+    alpha = torch.cholesky_solve(torch.as_tensor(y, dtype=torch.float64)[:, None], L)
+    mean, var = [], []
+    for start in range(0, len(Xt), 2000):
+        cross = k(Xt[start:start + 2000], Xs)
+        mean.append((cross @ alpha)[:, 0])
+        var.append(variance - (torch.linalg.solve_triangular(L, cross.T, upper=False) ** 2).sum(0) + noise)
+    return torch.cat(mean).numpy(), torch.cat(var).numpy()
+
+
 def synthetic_uci(name, seed=0):
     """A smooth regression problem with the shape of UCI set ``name`` (90% train / 10% test)."""
     from sparsegp_common.data import datasets

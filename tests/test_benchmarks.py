@@ -212,14 +212,17 @@ def test_qsgp_quick(tmp_path):
     lines = table_lines(stdout)
     speed = [row for row in rows if row["part"] == "speed"]
     accuracy = [row for row in rows if row["part"] == "accuracy"]
+    inducing = [row for row in rows if row["part"] == "inducing"]
     assert lines[0].startswith("| model | m | loss | Pyro | NumPyro (jit) |")
-    assert len(lines) == 2 * 2 + len(rows)
+    assert len(lines) == 3 * 2 + len(rows)
     check_meta(speed[0], "qsgp")
     assert [row["m"] for row in speed] == [200, 400, 200, 16]
     assert all(row["seconds_pyro"] > 0 and row["seconds_numpyro"] > 0 for row in speed)
     assert [row["model"] for row in accuracy] == ["QSGP-0", "QSGP-10", "SVGP-16"]
     for row in accuracy:
         assert row["steps"] == 3 and math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 2
+    assert [(row["model"], row["steps"]) for row in inducing] == [("exact GP (n = 300)", 0), ("QSGP-0", 2), ("QSGP-0", 4)]
+    assert all(math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 3 for row in inducing)
 
 
 def test_train_for_gives_each_runner_the_budget():

@@ -12,33 +12,38 @@ M, K, D, JITTER, NOISE = 7, 2, 2, 0.05, 0.3
 LENGTHSCALE, VARIANCE = [0.9, 1.4], 1.3
 
 
-def _problem(backend, rng, num_dense=K, n=9, augment_noise=None):
-    """A QSGP on ``M`` inducing points with random q tables, its GPModel, data, and the dense
-    ``Phi`` ``(n, m)``, ``S`` ``(m, m)`` and ``C`` ``(m, m)``."""
+def _problem(backend, rng, num_dense=K, n=9, augment_noise=None, relevance=False):
+    """A QSGP on ``M`` inducing points with random q tables (and precisions, ``relevance``), its
+    GPModel, data, and the dense ``Phi`` ``(n, m)``, ``S`` ``(m, m)`` and ``C`` ``(m, m)``."""
     lib = backend.lib
     X, y, Z = rng.normal(size=(n, D)), rng.normal(size=n), rng.normal(size=(M, D))
     kernel = backend.kernel("matern32", LENGTHSCALE, VARIANCE)
     prior = lib.QSGP(kernel, inducing_points=backend.array(Z), num_dense=num_dense, jitter=JITTER,
-                     augment_noise=augment_noise)
+                     augment_noise=augment_noise, relevance=relevance)
     q_mu, log_diag = rng.normal(size=M) * 0.5, rng.normal(size=M) * 0.3 - 0.5
     dense = rng.normal(size=(M, num_dense)) * 0.4
     backend.set(prior, q_mu=q_mu, q_log_diag=log_diag, q_dense=dense)
     model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=NOISE))
     Phi = ref.kernel("matern32", X, Z, LENGTHSCALE, VARIANCE)
     S = ref.kernel("matern32", Z, Z, LENGTHSCALE, VARIANCE) + JITTER * np.eye(M)
+    if relevance:
+        log_precision = rng.normal(size=M)
+        backend.set(prior, log_precision=log_precision)
+        S = np.diag(np.exp(log_precision))
     C = np.diag(np.exp(log_diag))
     for r in range(num_dense):
         C[r + 1:, r] = dense[r + 1:, r]
     return model, X, y, Z, Phi, S, C, q_mu
 
 
-@pytest.mark.parametrize("num_dense", [0, K, M])
-def test_marginals_kl_and_elbo_against_the_dense_reference(backend, rng, num_dense, monkeypatch):
+@pytest.mark.parametrize("num_dense,relevance", [(0, False), (K, False), (M, False), (K, True)])
+def test_marginals_kl_and_elbo_against_the_dense_reference(backend, rng, num_dense, relevance, monkeypatch):
     """``q(f(X)) = N(K_xZ mu, K_xZ C C^T K_Zx)``, the KL is against ``N(0, S^-1)`` with the dense
-    ``S`` (over blocks of its rows too), and the GPModel's ELBO is Eq. 2 with that ``S``."""
+    ``S`` (over blocks of its rows too) or the relevance vector machine's ``diag(s)``, and the
+    GPModel's ELBO is Eq. 2 with that ``S``."""
     from sparsegp_common.priors import qsgp
 
-    model, X, y, Z, Phi, S, C, q_mu = _problem(backend, rng, num_dense)
+    model, X, y, Z, Phi, S, C, q_mu = _problem(backend, rng, num_dense, relevance=relevance)
     mean, cov = (backend.numpy(a) for a in model.predict_f(backend.array(X), full_cov=True))
     np.testing.assert_allclose(mean, Phi @ q_mu, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(cov, Phi @ C @ C.T @ Phi.T, rtol=1e-10, atol=1e-12)
@@ -70,10 +75,12 @@ def test_augmented_prediction(backend, rng):
     np.testing.assert_allclose(var_y, var + NOISE, rtol=1e-10)
 
 
-def test_loss_is_unbiased_with_a_dense_prior_precision(backend, rng):
+@pytest.mark.parametrize("relevance", [False, True])
+def test_loss_is_unbiased(backend, rng, relevance):
     """z-test over replicates: the quadruply stochastic loss with the dense ``S`` (its quadratic
-    forms over pairs of the two basis sets, ``log|S|`` exact) has the exact negative ELBO as its mean."""
-    model, X, y, *_ = _problem(backend, rng)
+    forms over pairs of the two basis sets, ``log|S|`` exact), or with the relevance vector
+    machine's learnt diagonal one, has the exact negative ELBO as its mean."""
+    model, X, y, *_ = _problem(backend, rng, relevance=relevance)
     loss = backend.lib.QuadruplyStochasticELBO(num_basis=3)
     values = _estimates(backend, model, X, y, loss, 1500 if backend.name == "pyro" else 4000)
     exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
@@ -115,21 +122,23 @@ def test_nystrom_control_variate(backend, rng, monkeypatch):
     assert nystrom.std() < data_only.std() < plain.std()
 
 
-def test_kernel_and_inputs_are_held(rng):
-    """Pyro: neither the loss nor the exact ELBO differentiates the kernel's hyperparameters or
-    ``Z`` (``log|S|`` is a constant), while the noise and the q tables get gradients."""
+@pytest.mark.parametrize("relevance", [False, True])
+def test_what_is_held(rng, relevance):
+    """Pyro: with the dense ``S`` neither the loss nor the exact ELBO differentiates the kernel's
+    hyperparameters or ``Z`` (``log|S|`` is a constant), while the noise and the q tables get
+    gradients; the relevance vector machine holds only ``Z`` and learns its precisions and the kernel."""
     import torch
     from backends import BACKENDS
 
     backend = BACKENDS["pyro"]()
     backend.reset()
-    model, X, y, *_ = _problem(backend, rng)
+    model, X, y, *_ = _problem(backend, rng, relevance=relevance)
     Xt, yt = backend.array(X), backend.array(y)
     named = dict(model.named_parameters())
     for value in (-model.elbo(Xt, yt), backend.lib.QuadruplyStochasticELBO(num_basis=3)(model.model, model.guide, Xt, yt)):
         grads = dict(zip(named, torch.autograd.grad(value, list(named.values()), allow_unused=True)))
-        held = [name for name in named if "kernel" in name or name.startswith("prior.Z")]
-        assert len(held) == 3 and all(grads[name] is None for name in held), held
+        held = [name for name in named if name.startswith("prior.Z") or ("kernel" in name and not relevance)]
+        assert len(held) == (1 if relevance else 3) and all(grads[name] is None for name in held), held
         assert all(grads[name] is not None for name in named if name not in held)
 
 
@@ -183,16 +192,20 @@ def test_bad_arguments(backend, rng):
         lib.QSGP(kernel, 5, 2, augment_noise=0.1)
     with pytest.raises(ValueError, match="augment_noise must be positive"):
         lib.QSGP(kernel, inducing_points=Z, augment_noise=0.0)
+    for bad in ({}, {"inducing_points": Z, "augment_noise": 0.1}):
+        with pytest.raises(ValueError, match="relevance=True takes inducing_points"):
+            lib.QSGP(kernel, 5, 2, relevance=True, **bad) if not bad else lib.QSGP(kernel, relevance=True, **bad)
+    with pytest.raises(TypeError, match="relevance must be True or False"):
+        lib.QSGP(kernel, inducing_points=Z, relevance=1)
     with pytest.raises(ValueError, match="jitter"):
         lib.QSGP(kernel, inducing_points=Z, jitter=-1.0)
     with pytest.raises(ValueError, match="inducing_points contains NaN"):
         lib.QSGP(kernel, inducing_points=backend.array([[0.0, np.nan]]))
     with pytest.raises(TypeError, match="stationary kernel"):
         lib.QSGP(lib.Sum(kernel, backend.kernel("rbf", [2.0], 1.0)), inducing_points=Z)
-    from sparsegp_common.linalg import CholeskyError
-
-    with pytest.raises(CholeskyError):  # coincident inputs and no jitter: S is singular
-        lib.QSGP(kernel, inducing_points=backend.array(np.zeros((3, 2))), jitter=0.0)
+    with pytest.warns(UserWarning, match="not numerically positive definite"):  # coincident inputs, no jitter
+        coincident = lib.QSGP(kernel, inducing_points=backend.array(np.zeros((3, 2))), jitter=0.0)
+    assert 0 < coincident.jitter <= 1e-5
     bernoulli = lib.GPModel(lib.QSGP(kernel, inducing_points=Z), lib.Bernoulli())
     X, labels = backend.array(rng.normal(size=(4, 2))), backend.array([0.0, 1.0, 1.0, 0.0])
     with pytest.raises(ValueError, match="diagonal prior precision"):

@@ -15,12 +15,17 @@ def _sine(n=200, seed=0):
 
 
 def _model(backend, m, likelihood="gaussian", cv=True, refresh_every=7, num_basis=12, paper_literal=False,
-           num_dense=2):
+           num_dense=2, basis="fourier"):
     lib = backend.lib
     X, y = _sine()
     if likelihood == "bernoulli":
         y = (y > 0) * 1.0
-    prior = lib.QSGP(backend.kernel("rbf", [1.0], 1.0), m, 1, num_dense=num_dense)
+    kernel = backend.kernel("rbf", [1.0], 1.0)
+    if basis == "fourier":
+        prior = lib.QSGP(kernel, m, 1, num_dense=num_dense)
+    else:  # kernel functions at m of the inputs: the dense S, or the relevance vector machine's diagonal one
+        prior = lib.QSGP(kernel, inducing_points=backend.array(X[:m]), num_dense=num_dense, jitter=1e-4,
+                         relevance=basis == "relevance")
     like = backend.set(lib.Gaussian(), variance=0.05) if likelihood == "gaussian" else lib.Bernoulli()
     model = lib.GPModel(prior, like, num_data=len(X))
     support = backend.array(X[:20]) if cv else None
@@ -142,7 +147,7 @@ def _fit_groups(backend):
     return [{"params": "gp.q_*", "optimizer": numpyro.optim.Adagrad, "lr": 0.1, "momentum": 0.0}]
 
 
-def _fit(backend, model, loss, X, y, by_rows, monkeypatch, optimizer="adagrad", steps=25):
+def _fit(backend, model, loss, X, y, by_rows, monkeypatch, optimizer="adagrad", steps=25, tables=("gp.q_*",)):
     lib = backend.lib
     if backend.name == "pyro":
         import torch
@@ -163,7 +168,7 @@ def _fit(backend, model, loss, X, y, by_rows, monkeypatch, optimizer="adagrad", 
         if not by_rows:
             monkeypatch.setattr(training, "_row_rule", lambda *args: None)
     backend.reset(0)
-    groups = [{"params": "gp.q_*", "optimizer": cls, "lr": 0.1 if optimizer == "adagrad" else 1e-4,
+    groups = [{"params": list(tables), "optimizer": cls, "lr": 0.1 if optimizer == "adagrad" else 1e-4,
                "lr_schedule": lambda t: 0.97**t, **options}]
     result = lib.fit(model.model, model.guide, (X, y), num_steps=steps, batch_size=50, lr=0.01, seed=1,
                      progress=False, loss=loss, param_groups=groups)
@@ -171,20 +176,29 @@ def _fit(backend, model, loss, X, y, by_rows, monkeypatch, optimizer="adagrad", 
     return result
 
 
-@pytest.mark.parametrize("case", ["gaussian", "mean-field", "bernoulli", "sgd", "literal"])
+@pytest.mark.parametrize("case", ["gaussian", "mean-field", "bernoulli", "sgd", "literal", "inducing", "relevance"])
 def test_fit_by_rows_takes_the_dense_steps(backend, monkeypatch, case):
     """``fit`` by rows (AdaGrad or SGD on the q tables) and the dense path take the same steps:
     losses, parameters and the control variates' state (refreshed every 7 steps) over 25 steps;
-    also for a mean-field q (an empty dense table) and the literal Theorem 3 on Bernoulli labels."""
+    also for a mean-field q (an empty dense table), the literal Theorem 3 on Bernoulli labels,
+    the kernel basis at inducing points (the dense S and the Nystrom rows) and the relevance
+    vector machine (its precisions a table read by rows too)."""
     runs = []
     for by_rows in (True, False):
         # mean-field: m and num_basis where torch's sparse AdaGrad failed on the empty dense table
         model, loss, X, y = _model(backend, 500 if case == "mean-field" else 60,
                                    "bernoulli" if case in ("bernoulli", "literal") else "gaussian",
-                                   cv=case in ("gaussian", "sgd", "mean-field"), paper_literal=case == "literal",
-                                   num_dense=0 if case == "mean-field" else 2,
-                                   num_basis=50 if case == "mean-field" else 12)
-        result = _fit(backend, model, loss, X, y, by_rows, monkeypatch, "sgd" if case == "sgd" else "adagrad")
+                                   cv=case in ("gaussian", "sgd", "mean-field", "inducing", "relevance"),
+                                   paper_literal=case == "literal", num_dense=0 if case == "mean-field" else 2,
+                                   num_basis=50 if case == "mean-field" else 12,
+                                   basis=case if case in ("inducing", "relevance") else "fourier")
+        calls = []
+        if by_rows:
+            spied = type(loss).by_rows if backend.name == "pyro" else type(loss).step_draw
+            monkeypatch.setattr(type(loss), spied.__name__, lambda self, *a, **k: calls.append(1) or spied(self, *a, **k))
+        result = _fit(backend, model, loss, X, y, by_rows, monkeypatch, "sgd" if case == "sgd" else "adagrad",
+                      tables=("gp.q_*", "gp.log_precision"))
+        assert bool(calls) == by_rows  # the step by rows ran
         state = loss.state if backend.name == "pyro" else (result.state.mutable_state or {}).get(loss.STATE)
         runs.append((result, state))
     (a, state_a), (b, state_b) = runs
@@ -192,7 +206,7 @@ def test_fit_by_rows_takes_the_dense_steps(backend, monkeypatch, case):
     for name in a.params:
         np.testing.assert_allclose(backend.numpy(a.params[name]), backend.numpy(b.params[name]), rtol=1e-9,
                                    atol=1e-12, err_msg=name)
-    if case in ("gaussian", "sgd", "mean-field"):
+    if case in ("gaussian", "sgd", "mean-field", "inducing", "relevance"):
         for field in ("a", "rows", "values", "step"):
             np.testing.assert_allclose(backend.numpy(getattr(state_a, field)), backend.numpy(getattr(state_b, field)),
                                        rtol=1e-9, atol=1e-12, err_msg=field)

@@ -2,7 +2,8 @@
 prior precision ``S = K(Z, Z) + jitter I`` of the weights, so that ``f = Phi w`` with
 ``w ~ N(0, S^-1)`` has the prior ``N(0, K(X, Z) S^-1 K(Z, X))``: the GP itself at the inputs
 ``Z`` (Evans and Nair, 2020, App. I.2: with ``Z`` every training input, ``Phi = S = K`` and the
-model recovers the exact GP's posterior mean). The basis of
+model recovers the exact GP's posterior mean); or with a learnt diagonal ``S = diag(s)``, one
+precision per function: the relevance vector machine (Tipping, 2001; their QSRVM). The basis of
 :class:`~sparsegp_common.priors.qsgp.QSGP` with ``inducing_points``, read by index like
 :class:`~sparsegp_common.features.random_fourier.RandomFourierBasis`.
 """
@@ -16,24 +17,33 @@ __all__ = ["InducingPointBasis"]
 
 class InducingPointBasis:
     """``m`` kernel functions ``k(., z_j)`` of a stationary ``kernel`` at the inputs ``Z``, with the
-    dense prior precision ``S = K(Z, Z) + jitter I``.
+    dense prior precision ``S = K(Z, Z) + jitter I``, or the diagonal ``S = diag(exp(log_precision))``.
 
     Args:
         kernel: a stationary kernel (its lengthscale and variance are read at every call unless
             held: :meth:`fixed`).
         Z: ``(m, D)`` the inputs.
-        jitter: added to ``S``'s diagonal.
-        log_det: ``log|S|`` (its ``O(m^3)`` factorisation done once by the owner; the loss adds
-            it as a constant).
+        jitter: added to the dense ``S``'s diagonal.
+        log_det: ``log|S|`` of the dense ``S`` (its ``O(m^3)`` factorisation done once by the
+            owner; the loss adds it as a constant).
+        log_precision: None (the dense ``S``), or ``(m,)`` the log precisions (or their rows at
+            ``index``: :meth:`gathered`).
     """
 
-    diagonal_prior = False
-
-    def __init__(self, kernel, Z, jitter, log_det):
+    def __init__(self, kernel, Z, jitter, log_det, log_precision=None):
         if not isinstance(kernel, Stationary):
             raise TypeError(f"inducing points need a stationary kernel, got {type(kernel).__name__}")
         self.kernel, self.Z, self.jitter, self.log_det = kernel, Z, float(jitter), log_det
+        self.log_precision, self.index = log_precision, None
+        self.diagonal_prior = log_precision is not None
         self.hyperparameters = None
+
+    def gathered(self, index, log_precision):
+        """The same basis reading the log precisions from their rows ``index`` only (sorted;
+        ``log_precision`` ``(len(index),)``): a step that holds only those rows."""
+        basis = copy.copy(self)
+        basis.index, basis.log_precision = index, log_precision
+        return basis
 
     @property
     def num_features(self):
@@ -84,8 +94,12 @@ class InducingPointBasis:
         return block + self.jitter * xp.astype(J[:, None] == I[None, :], block.dtype)
 
     def prior_diagonal(self, I):
-        """``S_ii = k(z_i, z_i) + jitter``."""
-        return self.kernel_diagonal(self._rows(I)) + self.jitter
+        """``S_ii``: ``k(z_i, z_i) + jitter``, or the learnt precision."""
+        if self.log_precision is None:
+            return self.kernel_diagonal(self._rows(I)) + self.jitter
+        xp = namespace(self.log_precision)
+        at = I if self.index is None else xp.searchsorted(self.index, I, side="left")
+        return xp.exp(xp.take(self.log_precision, at, axis=0))
 
     def kernel_diagonal(self, X):
         """``k(x, x)``, ``(N,)``."""

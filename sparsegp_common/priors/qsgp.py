@@ -11,11 +11,14 @@ paper's estimator for the Gaussian likelihood (Theorems 1-2, Propositions 1-2;
 ``QuadruplyStochasticELBO`` loss with ``fit`` or SVI.
 """
 import contextlib
+import warnings
+
+import numpy as np
 
 from sparsegp_common import checks
 from sparsegp_common.features.kernel_basis import InducingPointBasis
 from sparsegp_common.features.random_fourier import RandomFourierBasis
-from sparsegp_common.linalg import cholesky
+from sparsegp_common.linalg import CholeskyError, cholesky
 from sparsegp_common.likelihoods import Gaussian
 from sparsegp_common.objectives import control_variates, quadruply_stochastic
 from sparsegp_common.ops import backend, device, namespace
@@ -42,8 +45,15 @@ class QSGP(GPPrior):
     jitter I`` (:class:`~sparsegp_common.features.kernel_basis.InducingPointBasis`), so that the
     prior of ``f`` at ``Z`` is the GP's. The kernel's hyperparameters and ``Z`` are held at their
     values (no gradient): ``log|S|`` has no ``O(1)`` estimate, so it is computed once here
-    (``O(m^3)``; a :class:`~sparsegp_common.linalg.CholeskyError` says to raise ``jitter``) and
-    the ELBO's hyperparameter gradient would miss it.
+    (``O(m^3)`` time and ``O(m^2)`` float64 memory on the host; where ``K(Z, Z) + jitter I`` does
+    not factorise, ``jitter`` is raised tenfold, up to three times, with a warning) and the
+    ELBO's hyperparameter gradient would miss it.
+
+    The relevance vector machine (``inducing_points=Z, relevance=True``; Tipping, 2001; Evans and
+    Nair's QSRVM, App. I.3): the same basis with a diagonal ``S = diag(s)``, one precision per
+    function in ``<name>.log_precision`` (``log s``, starting at 0), learnt by empirical Bayes with
+    the kernel's hyperparameters; functions whose ``s`` grows large (the paper: ``s >= 10^4``)
+    are pruned, the others are the relevance vectors.
 
     ``q(w) = N(q_mu, C C^T)`` with a lower-triangular ``C`` whose first ``num_dense`` columns
     are dense and the others diagonal (Sec. 2.2).
@@ -59,6 +69,7 @@ class QSGP(GPPrior):
         num_dense: ``k``, the dense columns of ``C``: 0 (the default) is mean-field, ``m`` a
             full Cholesky factor; ``(k + 2) m`` numbers in all.
         seed: an integer naming the frequencies.
+        relevance: with ``inducing_points``, learn a diagonal ``S`` (the relevance vector machine).
         jitter: added to ``S``'s diagonal (inducing points).
         augment_noise: None, or the Gaussian likelihood's noise variance ``sigma^2`` (inducing
             points): ``q(f(x))`` then adds Evans and Nair's Proposition 4 (App. G), the basis
@@ -68,20 +79,26 @@ class QSGP(GPPrior):
         mean_function: as for every prior (None: zero).
         name: prefix of the parameters ``<name>.q_mu`` ``(m,)``, ``<name>.q_log_diag`` ``(m,)``
             (``log C_ii``) and ``<name>.q_dense`` ``(m, k)`` (``C_ir``, ``i > r``) (and
-            ``<name>.Z``, held, with inducing points) and of the sites.
+            ``<name>.Z``, held, with inducing points; ``<name>.log_precision`` ``(m,)`` with
+            ``relevance``) and of the sites.
 
     ``q`` starts at the prior's mean and at ``C_ii = S_ii^(-1/2)`` (the prior itself when
     ``S = I``: ``KL = 0``).
     """
 
     def __init__(self, kernel, num_features=None, input_dim=None, *, inducing_points=None, num_dense=0, seed=0,
-                 jitter=1e-6, augment_noise=None, mean_function=None, name="gp"):
+                 relevance=False, jitter=1e-6, augment_noise=None, mean_function=None, name="gp"):
         super().__init__(name)
         self.kernel = kernel
         like = kernel.first_parameter()
         self.jitter = checks.nonnegative_float(jitter, "jitter")
         self.augment_noise = None if augment_noise is None else checks.positive_float(augment_noise, "augment_noise")
-        self._log_det = None
+        if not isinstance(relevance, bool):
+            raise TypeError(f"relevance must be True or False, got {relevance!r}")
+        self._log_det, self.relevance = None, relevance
+        if relevance and (inducing_points is None or augment_noise is not None):
+            raise ValueError("relevance=True takes inducing_points and no augment_noise (App. G's added function "
+                             "has the dense prior's precision)")
         if inducing_points is None:
             if num_features is None or input_dim is None:
                 raise TypeError("QSGP needs num_features and input_dim (random Fourier features), or inducing_points")
@@ -95,7 +112,11 @@ class QSGP(GPPrior):
             if num_features is not None and checks.positive_int(num_features, "num_features") != m:
                 raise ValueError(f"num_features={num_features} but inducing_points has {m} rows")
             self._param("Z", namespace(Z).asarray(Z, copy=True))
-            self._log_det = _log_det(kernel, Z, self.jitter)
+            InducingPointBasis(kernel, Z, self.jitter, None)  # refuses kernels that are not stationary
+            if relevance:
+                self._param("log_precision", namespace(Z).zeros((m,), dtype=Z.dtype, device=device(Z)))
+            else:
+                self._log_det, self.jitter = _log_det(kernel, Z, self.jitter, self._checks.host)
         self.num_dense = checks.nonnegative_int(num_dense, "num_dense")
         if self.num_dense > m:
             raise ValueError(f"num_dense must be at most num_features = {m}, got {num_dense}")
@@ -118,7 +139,10 @@ class QSGP(GPPrior):
     @property
     def basis(self):
         """The basis of the (bound) kernel: random Fourier features, or the kernel functions at
-        ``Z`` with the hyperparameters held."""
+        ``Z`` (held) with the learnt diagonal ``S`` or with the dense one and the hyperparameters held."""
+        if self.relevance:
+            return InducingPointBasis(self.kernel, backend(self.Z).stop_gradient(self.Z), self.jitter, None,
+                                      self.log_precision)
         if self._log_det is None:
             return RandomFourierBasis(self.kernel, self.num_features, self.input_dim, self.seed)
         hold = backend(self.Z).stop_gradient
@@ -136,12 +160,25 @@ class QSGP(GPPrior):
         return self.kernel.K_diag(X)
 
 
-def _log_det(kernel, Z, jitter):
-    """``log|K(Z, Z) + jitter I|`` as a float: one factorisation (in float64), at the kernel's
-    current values."""
-    xp = namespace(Z)
-    L = backend(Z).stop_gradient(cholesky(kernel.K(Z), jitter, max_tries=0, dtype="float64"))
-    return float(2 * xp.sum(xp.log(xp.linalg.diagonal(L))))
+def _log_det(kernel, Z, jitter, host):
+    """``(log|K(Z, Z) + jitter I|, jitter)``: one factorisation on the host in float64 (the kernel
+    matrix too: float32 round-off alone makes a large one indefinite), at the kernel's current
+    values; where it fails, ``jitter`` is raised tenfold up to three times, with a warning."""
+    Z, lengthscale, variance = (np.asarray(host(a), dtype=np.float64)
+                                for a in (Z, kernel.lengthscale, kernel.variance))
+    K = kernel.K_at(Z, Z, lengthscale, variance)
+    levels = [jitter] + [max(jitter, 1e-8 * float(variance)) * 10.0**i for i in range(1, 4)]
+    for level in levels:
+        try:
+            L = cholesky(K, level, max_tries=0)
+        except CholeskyError:
+            if level == levels[-1]:
+                raise
+            continue
+        if level != jitter:
+            warnings.warn(f"QSGP: K(Z, Z) + {jitter:g} I is not numerically positive definite; "
+                          f"S = K(Z, Z) + {level:g} I instead (give jitter={level:g} to say so)", stacklevel=3)
+        return float(2 * np.sum(np.log(np.diagonal(L)))), level
 
 
 class ChevronPosterior:
@@ -307,16 +344,18 @@ def _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement,
 
 
 def _loss(owner, prior, likelihood, X, y, drawn, control, gathered):
-    full, ops = prior.chevron(), backend(X)
-    q = full if gathered is None else GatheredChevron(gathered[0], *gathered[1], full.num_weights)
+    full, ops, basis = prior.chevron(), backend(X), prior.basis
+    q = full if gathered is None else GatheredChevron(gathered[0], *gathered[1][:3], full.num_weights)
+    if gathered is not None and len(gathered[1]) > 3:  # the relevance vector machine's precisions
+        basis = basis.gathered(gathered[0], gathered[1][3])
     num_data = X.shape[0] if owner.num_data is None else owner.num_data
     if isinstance(drawn, quadruply_stochastic.LiteralDraw):
-        return quadruply_stochastic.literal_bound(prior.basis, q, X, y, likelihood.expected_log_prob, num_data, drawn)
+        return quadruply_stochastic.literal_bound(basis, q, X, y, likelihood.expected_log_prob, num_data, drawn)
     if not isinstance(likelihood, Gaussian):
         if control is not None:
             raise ValueError("control_variates are for the Gaussian likelihood's estimator")
-        return quadruply_stochastic.subsampled_bound(prior.basis, q, X, y, likelihood.log_prob, num_data, drawn)
-    loss = quadruply_stochastic.gaussian_loss(prior.basis, q, X, y, likelihood.variance, num_data, drawn)
+        return quadruply_stochastic.subsampled_bound(basis, q, X, y, likelihood.log_prob, num_data, drawn)
+    loss = quadruply_stochastic.gaussian_loss(basis, q, X, y, likelihood.variance, num_data, drawn)
     if control is None:
         return loss
     state, refresh_every = control
@@ -455,9 +494,11 @@ class QuadruplyStochasticELBO:
         return rows_for(drawn, state)
 
     def tables(self, model):
-        """The names of the q tables ``(q_mu, q_log_diag, q_dense)`` that a step reads by rows."""
-        name = self._owner(model, {}).prior.name
-        return tuple(f"{name}.{table}" for table in ("q_mu", "q_log_diag", "q_dense"))
+        """The names of the tables a step reads by rows: the q tables ``(q_mu, q_log_diag,
+        q_dense)``, and the relevance vector machine's ``log_precision``."""
+        prior = self._owner(model, {}).prior
+        names = ("q_mu", "q_log_diag", "q_dense") + (("log_precision",) if prior.relevance else ())
+        return tuple(f"{prior.name}.{table}" for table in names)
 
     def initial_state(self, model, X, y):
         """The control variates' first state at the model's current values (None without them)."""
