@@ -8,7 +8,8 @@
   grows with ``m``.
 * ``inducing``: the paper's Table 3 protocol (App. I.2) on kin40k (``inducing_n`` random training
   rows: 5,000 quick, 20,000 full): QSGP-0 with an inducing point at every row (``m = n``),
-  hyperparameters and noise held at an exact GP's on 1,000 rows, ``num_basis`` = batch (1,000
+  hyperparameters and noise held at an exact GP's on 1,000 rows, C's diagonal at Proposition 1's
+  optimum from the start, ``num_basis`` = batch (1,000
   quick, 3,000 full, as the paper), the data and Nystrom control variates on 200 support rows,
   AdaGrad on the q tables, augmented prediction: test RMSE and NLPD after several numbers of
   steps, beside the exact GP on the same rows with the same hyperparameters (the posterior mean
@@ -151,9 +152,9 @@ def qsgp_fit(backend, X, y, m, num_dense, num_basis, support, batch, loss="quadr
 def inducing_fit(backend, X, y, num_basis, support, batch, hypers, lr=(0.1, 0.5), seed=0, **extra):
     """``(FitSteps, model)`` of the paper's Table 3 model (App. I.2): QSGP-0 with an inducing point
     at every row of ``X`` (``Phi = S = K``, the ARD squared exponential at ``hypers``
-    ``(lengthscales, variance, noise)``, held with the noise), Proposition 4's augmented variance,
-    the data and Nystrom control variates on ``support`` rows, AdaGrad at ``lr`` (``q_mu``,
-    ``q_log_diag``)."""
+    ``(lengthscales, variance, noise)``, held with the noise), C's diagonal at Proposition 1's
+    optimum from the start, Proposition 4's augmented variance, the data and Nystrom control
+    variates on ``support`` rows, AdaGrad at ``lr`` (``q_mu``, ``q_log_diag``)."""
     lib, array, adagrad, momentum = _lib(backend)
     if backend == "pyro":
         import pyro
@@ -161,8 +162,9 @@ def inducing_fit(backend, X, y, num_basis, support, batch, hypers, lr=(0.1, 0.5)
         pyro.clear_param_store()
     lengthscales, variance, noise = hypers
     kernel = lib.RBF(lengthscale=array(lengthscales), variance=array(variance))
-    model = lib.GPModel(lib.QSGP(kernel, inducing_points=array(X), augment_noise=noise),
-                        lib.Gaussian(variance=array(noise)), num_data=len(X))
+    prior = lib.QSGP(kernel, inducing_points=array(X), augment_noise=noise)
+    prior.set_optimal_diagonal(array(X), noise)  # exact while the hyperparameters are held (Proposition 1)
+    model = lib.GPModel(prior, lib.Gaussian(variance=array(noise)), num_data=len(X))
     rows = np.random.default_rng(seed).choice(len(X), support, replace=False)
     objective = lib.QuadruplyStochasticELBO(num_basis=num_basis, control_variates=array(X[rows]))
     groups = [{"params": "gp.q_log_diag", "optimizer": adagrad, "lr": lr[1], **momentum},

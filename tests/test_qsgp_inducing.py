@@ -142,6 +142,38 @@ def test_what_is_held(rng, relevance):
         assert all(grads[name] is not None for name in named if name not in held)
 
 
+@pytest.mark.parametrize("relevance", [False, True])
+def test_set_optimal_diagonal(backend, rng, relevance):
+    """Proposition 1: the diagonal columns' ``C_rr^2 = 1 / (|phi_r(X)|^2 / noise + S_rr)``, over
+    several blocks of functions and rows; the dense columns' entries are left; at that optimum
+    the exact ELBO's gradient w.r.t. those ``log C_rr`` is zero."""
+    from sparsegp_common.priors import qsgp
+
+    model, X, y, Z, Phi, S, C, q_mu = _problem(backend, rng, relevance=relevance)
+    before = backend.numpy(backend.bound(model.prior).q_log_diag).copy()
+    X = rng.normal(size=(11, D))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(qsgp, "BLOCK", 3)
+        model.prior.set_optimal_diagonal(backend.array(X), NOISE)
+    after = backend.numpy(backend.bound(model.prior).q_log_diag)
+    Phi = ref.kernel("matern32", X, Z, LENGTHSCALE, VARIANCE)
+    np.testing.assert_allclose(after[K:], -0.5 * np.log(np.sum(Phi**2, axis=0) / NOISE + np.diag(S))[K:], rtol=1e-12)
+    np.testing.assert_array_equal(after[:K], before[:K])
+    C[np.arange(K, M), np.arange(K, M)] = np.exp(after[K:])
+
+    def negative_elbo(log_c):
+        D_ = C.copy()
+        D_[np.arange(K, M), np.arange(K, M)] = np.exp(log_c)
+        return ref.weight_space_negative_elbo(Phi, S, np.zeros(len(X)), NOISE, q_mu, D_)
+
+    step = 1e-5
+    for r in range(M - K):
+        shifted = [after[K:].copy() for _ in range(2)]
+        shifted[0][r] += step
+        shifted[1][r] -= step
+        assert abs(negative_elbo(shifted[0]) - negative_elbo(shifted[1])) / (2 * step) < 1e-6
+
+
 def _sine(n=200, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 10, size=(n, 1))

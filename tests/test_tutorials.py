@@ -45,6 +45,19 @@ def test_arviz_diagnostics(backend, tmp_path):
 
 
 @pytest.mark.slow
+def test_qsgp_rvm(tmp_path):
+    """The quick run: the mean follows sinc and empirical Bayes spreads the precisions apart (the
+    functions far from the data's structure are on their way to being pruned)."""
+    output = tmp_path / "plot.png"
+    out = run("qsgp_rvm.py", "--output", str(output))
+    rmse = float(re.search(r"test RMSE ([\d.]+)", out).group(1))
+    low, high = (float(v) for v in re.search(r"precisions s: min ([\d.e+-]+), median [\d.e+-]+, max ([\d.e+-]+)",
+                                              out).groups())
+    assert rmse < 0.25 and high > 100 * low, out
+    assert output.stat().st_size > 10_000
+
+
+@pytest.mark.slow
 def test_qsgp_regression(tmp_path):
     output = tmp_path / "plot.png"
     out = run("qsgp_regression.py", "--output", str(output))

@@ -149,6 +149,28 @@ class QSGP(GPPrior):
         basis = InducingPointBasis(self.kernel, hold(self.Z), self.jitter, self._log_det)
         return basis.fixed(hold(self.kernel.lengthscale), hold(self.kernel.variance))
 
+    def set_optimal_diagonal(self, X, noise):
+        """Set ``log C_rr`` of the diagonal columns (``r >= num_dense``) to Evans and Nair's
+        Proposition 1 optimum for the training inputs ``X`` ``(n, D)`` (all of them) and the
+        Gaussian noise variance ``noise``: ``C_rr^2 = 1 / (|phi_r(X)|^2 / noise + S_rr)``, exact at
+        the current hyperparameters whatever ``q_mu`` and the dense columns (the ELBO separates
+        by columns), so that only they are left to the stochastic steps while the
+        hyperparameters are held. ``O(n m)`` once, over blocks of :data:`BLOCK` functions; the
+        dense columns are left as they are."""
+        X = self._checks.inputs(X, "X", self.input_dim, like=self.first_parameter())
+        noise = checks.positive_float(float(noise), "noise")
+        xp, ops, basis = namespace(X), backend(X), self.basis.held()
+        m, k = self.num_features, self.num_dense
+        parts = []
+        for start in range(0, m, BLOCK):
+            I = xp.arange(start, min(start + BLOCK, m), device=device(X))
+            norms = sum(xp.sum(basis.features(X[r:r + BLOCK], I) ** 2, axis=0) for r in range(0, X.shape[0], BLOCK))
+            parts.append(-0.5 * xp.log(norms / noise + basis.prior_diagonal(I)))
+        optimum = ops.stop_gradient(xp.concat(parts))
+        current = ops.stop_gradient(self.q_log_diag)
+        keep = xp.arange(m, device=device(X)) < k
+        setattr(self, "q_log_diag", xp.where(keep, current, xp.astype(optimum, current.dtype)))
+
     def chevron(self):
         """``q(w)`` as a :class:`~sparsegp_common.variational.chevron.Chevron` (read by gathered rows)."""
         return Chevron(self.q_mu, self.q_log_diag, self.q_dense)
