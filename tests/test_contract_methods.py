@@ -37,6 +37,9 @@ def build(lib, array, method):
         "bernoulli": lambda: lib.SVGP(lib.Matern32(lengthscale=ls), Z),
         "harmonic": lambda: lib.SVGP(lib.RBF(lengthscale=ls), lib.HarmonicFeatures(Z, lib.harmonic.Reflections.along_axes([[0], [1]]))),
         "qsgp": lambda: lib.QSGP(lib.Matern52(lengthscale=ls), 16, 2, num_dense=3),
+        "qsgp-inducing": lambda: lib.QSGP(lib.Matern52(lengthscale=ls), inducing_points=X[::2], num_dense=3,
+                                          augment_noise=0.1),
+        "qsgp-relevance": lambda: lib.QSGP(lib.RBF(lengthscale=ls), inducing_points=X[::2], num_dense=2, relevance=True),
     }
     likelihood = lib.Bernoulli() if method == "bernoulli" else gaussian
     model = lib.GPModel(priors[method](), likelihood, num_data=N)
@@ -44,7 +47,8 @@ def build(lib, array, method):
     return model.model, model.guide, (X, target), model.predict_f
 
 
-METHODS = ["svgp", "svgp-unwhitened-diagonal", "decoupled", "hermite", "bernoulli", "cox", "harmonic", "qsgp"]
+METHODS = ["svgp", "svgp-unwhitened-diagonal", "decoupled", "hermite", "bernoulli", "cox", "harmonic", "qsgp",
+           "qsgp-inducing", "qsgp-relevance"]
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -118,7 +118,8 @@ def loss_and_gradients(backend, model, guide, args, moves=(0.0,)):
                 for name, u, u0 in zip(names, free, initial):
                     u.copy_(u0 + move * torch.as_tensor(shift(name, tuple(u.shape)), dtype=u.dtype))
             loss = loss_fn(model, guide, *args)
-            grads = torch.autograd.grad(loss, free)
+            grads = torch.autograd.grad(loss, free, allow_unused=True)  # a held parameter has none: zero
+            grads = [torch.zeros_like(u) if g is None else g for g, u in zip(grads, free)]
             with torch.no_grad():
                 values = [transform_to(site["kwargs"]["constraint"])(u) for site, u in zip(sites, free)]
             out.append((float(loss.detach()), {name: backend.numpy(g) for name, g in zip(names, grads)},
