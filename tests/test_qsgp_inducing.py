@@ -210,6 +210,27 @@ def test_fit_with_inducing_points_at_every_training_input(backend):
     assert float(backend.numpy(result.params["gp.kernel.lengthscale"])[0]) == pytest.approx(1.0, rel=1e-12)
 
 
+@pytest.mark.parametrize("basis", ["fourier", "inducing"])
+def test_arviz_export(backend, rng, basis):
+    """``to_inference_data`` after a short ``fit`` by rows: the pointwise log-likelihood of every
+    row and draws of ``f`` (QSGP has no global site ``u``: ``w`` is integrated out)."""
+    lib = backend.lib
+    X, y = _sine(60)
+    Xa, ya = backend.array(X), backend.array(y)
+    kernel = backend.kernel("rbf", [1.0], 1.0)
+    prior = lib.QSGP(kernel, 40, 1) if basis == "fourier" else lib.QSGP(kernel, inducing_points=Xa, jitter=1e-4)
+    model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=0.05), num_data=60)
+    options = {} if backend.name == "pyro" else {"momentum": 0.0}
+    adagrad = __import__("torch").optim.Adagrad if backend.name == "pyro" else __import__("numpyro").optim.Adagrad
+    result = lib.fit(model.model, model.guide, (Xa, ya), num_steps=20, batch_size=30, lr=0.01, progress=False,
+                     loss=lib.QuadruplyStochasticELBO(num_basis=10),
+                     param_groups=[{"params": "gp.q_*", "optimizer": adagrad, "lr": 0.1, **options}])
+    idata = lib.to_inference_data(model, data=(Xa, ya), num_samples=8, num_chains=2, result=result)
+    assert idata.log_likelihood["y"].shape == (2, 4, 60)
+    assert set(idata.posterior.data_vars) == {"gp.f"} and idata.posterior["gp.f"].shape == (2, 4, 60)
+    assert np.isfinite(idata.log_likelihood["y"].values).all()
+
+
 def test_bad_arguments(backend, rng):
     lib = backend.lib
     kernel = backend.kernel("rbf", [1.0], 1.0)
