@@ -248,6 +248,10 @@ def test_bad_arguments(backend, rng):
     for bad in ({}, {"inducing_points": Z, "augment_noise": 0.1}):
         with pytest.raises(ValueError, match="relevance=True takes inducing_points"):
             lib.QSGP(kernel, 5, 2, relevance=True, **bad) if not bad else lib.QSGP(kernel, relevance=True, **bad)
+    with pytest.raises(ValueError, match="num_basis .* needs a diagonal prior precision"):
+        lib.QSGP(kernel, inducing_points=Z, num_basis=3)
+    with pytest.raises(ValueError, match="num_basis must be a positive integer"):
+        lib.QSGP(kernel, inducing_points=Z, relevance=True, num_basis=0)
     with pytest.raises(TypeError, match="relevance must be True or False"):
         lib.QSGP(kernel, inducing_points=Z, relevance=1)
     with pytest.raises(ValueError, match="jitter"):

@@ -127,6 +127,64 @@ def test_other_likelihoods_get_a_bound(backend, rng, likelihood):
     assert z > 4, (few.mean(), exact, z)
 
 
+def _bernoulli_user_model(backend, gp):
+    """A user's model with ``gp``'s pair and Bernoulli labels (full batch)."""
+    ppl = backend.ppl
+
+    def model(X, y):
+        data = ppl.plate("data", len(X))
+        f = gp.model(X, data)
+        with data:
+            ppl.sample("y", ppl.distributions.Bernoulli(logits=f), obs=y)
+
+    def guide(X, y):
+        gp.guide(X, ppl.plate("data", len(X)))
+
+    return model, guide
+
+
+def test_subsampled_pair_in_a_users_model(backend, rng):
+    """``QSGP(num_basis=3)`` in a user's model: ``Trace_ELBO`` of the pair has the mean of the
+    library's subsampled bound on the same prior (``QuadruplyStochasticELBO`` on a ``GPModel``
+    with the Bernoulli likelihood): a z-test on the difference of the two means; above the exact
+    pair's (``f`` from q(f)'s exact marginals) by more than 4 standard errors (Jensen's gap)."""
+    lib = backend.lib
+    X = rng.normal(size=(9, D))
+    y = (rng.uniform(size=9) < 0.5) * 1.0
+    Xa, ya = backend.array(X), backend.array(y)
+    kernel = backend.kernel("matern32", [0.9, 1.4], 1.3)
+    values = dict(q_mu=rng.normal(size=M) * 0.5, q_log_diag=rng.normal(size=M) * 0.3 - 0.5,
+                  q_dense=rng.normal(size=(M, K)) * 0.4)
+    gp = backend.set(lib.QSGP(kernel, M, D, num_dense=K, seed=3, num_basis=3), **values)
+    assert set(gp.site_names) >= {"gp.basis_draw", "gp.eps", "gp.kl", "gp.f"}
+    replicates = 1500 if backend.name == "pyro" else 4000
+    pair = backend.losses(*_bernoulli_user_model(backend, gp), Xa, ya, replicates=replicates)
+    library = _estimates(backend, lib.GPModel(gp, lib.Bernoulli()), X, y, lib.QuadruplyStochasticELBO(num_basis=3),
+                         replicates)
+    z = (pair.mean() - library.mean()) / np.sqrt(pair.var() / replicates + library.var() / replicates)
+    assert abs(z) < 4, (pair.mean(), library.mean(), z)
+    backend.reset()
+    exact_gp = backend.set(lib.QSGP(kernel, M, D, num_dense=K, seed=3), **values)
+    exact = backend.losses(*_bernoulli_user_model(backend, exact_gp), Xa, ya, replicates=replicates)
+    z = (pair.mean() - exact.mean()) / np.sqrt(pair.var() / replicates + exact.var() / replicates)
+    assert z > 4, (pair.mean(), exact.mean(), z)
+
+
+def test_subsampled_pair_trains_in_a_users_model(backend):
+    """``fit`` on a user's model with ``QSGP(num_basis=60)``: held-out classification of the
+    sine's sign above 0.9."""
+    lib = backend.lib
+    X, f = _sine()
+    labels = (f > 0) * 1.0
+    Xt = np.linspace(0.5, 9.5, 60)[:, None]
+    gp = lib.QSGP(backend.kernel("rbf", [1.0], 1.0), 300, 1, num_basis=60)
+    model, guide = _bernoulli_user_model(backend, gp)
+    lib.fit(model, guide, (backend.array(X), backend.array(labels)), num_steps=300, lr=0.01, progress=False,
+            param_groups=_tables(backend))
+    mean, _ = gp.predict_f(backend.array(Xt))
+    assert np.mean((backend.numpy(mean) > 0) == (np.sin(Xt[:, 0]) > 0)) > 0.9
+
+
 def _sine(n=600, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 10, size=(n, 1))

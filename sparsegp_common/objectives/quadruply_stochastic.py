@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 from sparsegp_common.ops import backend, device, namespace
 
-__all__ = ["BoundDraw", "Draw", "LiteralDraw", "bound_draw", "draw", "gaussian_loss", "indices", "literal_arguments",
-           "literal_bound", "literal_draw", "rows_read", "subsampled_bound"]
+__all__ = ["BoundDraw", "Draw", "LiteralDraw", "bound_draw", "draw", "gaussian_loss", "indices", "kl_estimate",
+           "literal_arguments", "literal_bound", "literal_draw", "rows_read", "subsampled_bound", "subsampled_f"]
 
 
 class Draw(NamedTuple):
@@ -198,7 +198,16 @@ def subsampled_bound(basis, q, X, y, log_prob, num_data, drawn):
         drawn: a :class:`BoundDraw` (a repeated index takes the normal draw of its first
             occurrence, as one weight).
     """
-    xp = namespace(y)
+    f_hat = subsampled_f(basis, q, X, drawn)
+    expected = (num_data / y.shape[0]) * namespace(y).sum(log_prob(y, f_hat))
+    return kl_estimate(basis, q, drawn.I) - expected
+
+
+def subsampled_f(basis, q, X, drawn):
+    """``f_hat = (m / m~) Phi[:, I] w_I`` at the rows ``X`` ``(n~,)``, with ``w = q_mu + C eps``
+    from a :class:`BoundDraw` (a repeated index takes the normal draw of its first occurrence, as
+    one weight): unbiased for ``Phi w`` given ``eps``."""
+    xp = namespace(X)
     I, eps_dense, eps_I = drawn
     m, k = q.num_weights, q.num_dense
     if not basis.diagonal_prior:
@@ -206,15 +215,13 @@ def subsampled_bound(basis, q, X, y, log_prob, num_data, drawn):
     # one draw per distinct index: the draw at the position of its first copy in sorted order
     eps_I = xp.take(eps_I, xp.searchsorted(xp.sort(I), I, side="left"), axis=0)
     log_c = q.log_diagonal(I)
-    w = q.mean(I) + xp.exp(log_c) * eps_I * xp.astype(I >= k, y.dtype)
+    w = q.mean(I) + xp.exp(log_c) * eps_I * xp.astype(I >= k, X.dtype)
     if k:
         w = w + q.column_block(I, xp.arange(k, device=device(I))) @ eps_dense
-    f_hat = (m / I.shape[0]) * (basis.features(X, I) @ w)
-    expected = (num_data / y.shape[0]) * xp.sum(log_prob(y, f_hat))
-    return _kl_estimate(basis, q, I) - expected
+    return (m / I.shape[0]) * (basis.features(X, I) @ w)
 
 
-def _kl_estimate(basis, q, I):
+def kl_estimate(basis, q, I):
     """``KL[q(w) || N(0, S^-1)]`` estimated without bias from the rows ``I`` (a diagonal ``S``)."""
     xp = namespace(q.q_mu)
     m, k, S, log_c = q.num_weights, q.num_dense, basis.prior_diagonal(I), q.log_diagonal(I)
@@ -247,7 +254,7 @@ def literal_bound(basis, q, X, y, expected_log_prob, num_data, drawn):
     # s is often exactly 0 (no drawn column meets a drawn row): the smallest normal number keeps
     # the z-integral's sqrt(var) differentiable there
     expected = (num_data / y.shape[0]) * xp.sum(expected_log_prob(y, a, s**2 + xp.finfo(s.dtype).smallest_normal))
-    return _kl_estimate(basis, q, drawn.I) - expected
+    return kl_estimate(basis, q, drawn.I) - expected
 
 
 def literal_arguments(basis, q, X, drawn):

@@ -71,6 +71,13 @@ class QSGP(GPPrior):
         seed: an integer naming the frequencies.
         relevance: with ``inducing_points``, learn a diagonal ``S`` (the relevance vector machine).
         jitter: added to ``S``'s diagonal (inducing points).
+        num_basis: None, or ``m~``: in a user's model (``gp.model``/``gp.guide``), each step draws
+            ``m~`` basis indices and ``w = q_mu + C eps`` (sites ``<name>.basis_draw`` and
+            ``<name>.eps``, masked) and takes ``f = (m / m~) Phi[:, I] w_I``, unbiased for
+            ``Phi w``, with the KL estimated from the same rows (the reparameterised subsampled
+            bound: a lower bound in expectation for a log-concave likelihood, by a gap that
+            shrinks as ``m~`` grows), ``O(B m~ k)`` per step; None: ``f`` from ``q(f)``'s exact
+            marginals, ``O(B m k)``. Needs a diagonal ``S``.
         augment_noise: None, or the Gaussian likelihood's noise variance ``sigma^2`` (inducing
             points): ``q(f(x))`` then adds Evans and Nair's Proposition 4 (App. G), the basis
             function ``k(., x)`` at its optimal variance, uncorrelated with the others:
@@ -87,7 +94,7 @@ class QSGP(GPPrior):
     """
 
     def __init__(self, kernel, num_features=None, input_dim=None, *, inducing_points=None, num_dense=0, seed=0,
-                 relevance=False, jitter=1e-6, augment_noise=None, mean_function=None, name="gp"):
+                 relevance=False, jitter=1e-6, num_basis=None, augment_noise=None, mean_function=None, name="gp"):
         super().__init__(name)
         self.kernel = kernel
         like = kernel.first_parameter()
@@ -123,6 +130,10 @@ class QSGP(GPPrior):
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an integer, got {seed!r}")
         self.num_features, self.seed = m, seed
+        self.num_basis = None if num_basis is None else checks.positive_int(num_basis, "num_basis")
+        if self.num_basis is not None and self._log_det is not None:
+            raise ValueError("num_basis (the subsampled pair) needs a diagonal prior precision: random Fourier "
+                             "features or relevance=True")
         self.basis  # refuses kernels without a random Fourier basis
         xp = namespace(like)
         # C_ii = S_ii^(-1/2): the prior's scale (with S = I, the prior itself)
@@ -170,6 +181,53 @@ class QSGP(GPPrior):
         current = ops.stop_gradient(self.q_log_diag)
         keep = xp.arange(m, device=device(X)) < k
         setattr(self, "q_log_diag", xp.where(keep, current, xp.astype(optimum, current.dtype)))
+
+    @property
+    def site_names(self):
+        names = super().site_names
+        return names + ((f"{self.name}.basis_draw", f"{self.name}.eps") if self.num_basis else ())
+
+    def model(self, X, plate=None):
+        return super().model(X, plate) if self.num_basis is None else self._subsampled(X, plate, guide=False)
+
+    def guide(self, X, plate=None):
+        return super().guide(X, plate) if self.num_basis is None else self._subsampled(X, plate, guide=True)
+
+    model.__doc__, guide.__doc__ = GPPrior.model.__doc__, GPPrior.guide.__doc__
+
+    def _subsampled(self, X, plate, guide):
+        """The sites of the subsampled pair (``num_basis``): the draw, in the model the KL
+        estimate's factor, and ``f`` (the guide's a masked point mass at ``f_hat``)."""
+        mean_function = getattr(self, "mean_function", None)
+        if mean_function is not None and mean_function.coefficient_prior is not None:
+            raise ValueError("num_basis takes mean functions without a coefficient prior")
+        X = self._checks.inputs(X, "X", self.input_dim, values=False, like=self.first_parameter())
+        with self._sites.bound(self, hyperpriors=True) as (prior,):
+            drawn, q, basis = prior._draw_sites(), prior.chevron(), prior.basis
+            if not guide:
+                self._sites.factor(f"{self.name}.kl", -quadruply_stochastic.kl_estimate(basis, q, drawn.I))
+            with prior._data(X, plate) as Xb:
+                if guide:
+                    f = prior.plus_mean_function(quadruply_stochastic.subsampled_f(basis, q, Xb, drawn), Xb)
+                    return self._sites.sample(f"{self.name}.f", self._dist.Delta(f).mask(False))
+                var = prior.prior_variance(Xb)
+                return self._sites.sample(f"{self.name}.f", prior._f_dist(namespace(var).zeros_like(var), var))
+
+    def _draw_sites(self):
+        """A :class:`~sparsegp_common.objectives.quadruply_stochastic.BoundDraw` from two masked
+        sites (the model replays the guide's): ``num_basis`` uniform indices in ``[0, m)`` and
+        ``num_dense + num_basis`` standard normals."""
+        like = self.first_parameter()
+        xp, m, k, size = namespace(like), self.num_features, self.num_dense, self.num_basis
+
+        def site(name, dist, shape):
+            zeros = xp.zeros(shape, dtype=like.dtype, device=device(like))
+            return self._sites.sample(f"{self.name}.{name}", dist(zeros, zeros + 1).to_event(1).mask(False))
+
+        u = site("basis_draw", self._dist.Uniform, (size,))
+        eps = site("eps", self._dist.Normal, (k + size,))
+        I = xp.clip(xp.astype(xp.floor(u * m), xp.int64 if m >= 2**31 else xp.int32), 0, m - 1)
+        return quadruply_stochastic.BoundDraw(I, eps[:k], eps[k:])
 
     def chevron(self):
         """``q(w)`` as a :class:`~sparsegp_common.variational.chevron.Chevron` (read by gathered rows)."""
