@@ -157,7 +157,7 @@ def test_subsampled_pair_in_a_users_model(backend, rng):
                   q_dense=rng.normal(size=(M, K)) * 0.4)
     gp = backend.set(lib.QSGP(kernel, M, D, num_dense=K, seed=3, num_basis=3), **values)
     assert set(gp.site_names) >= {"gp.basis_draw", "gp.eps", "gp.kl", "gp.f"}
-    replicates = 1500 if backend.name == "pyro" else 4000
+    replicates = 800 if backend.name == "pyro" else 4000
     pair = backend.losses(*_bernoulli_user_model(backend, gp), Xa, ya, replicates=replicates)
     library = _estimates(backend, lib.GPModel(gp, lib.Bernoulli()), X, y, lib.QuadruplyStochasticELBO(num_basis=3),
                          replicates)
