@@ -221,7 +221,9 @@ def test_qsgp_quick(tmp_path):
     assert [row["model"] for row in accuracy] == ["QSGP-0", "QSGP-10", "SVGP-16"]
     for row in accuracy:
         assert row["steps"] == 3 and math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 2
-    assert [(row["model"], row["steps"]) for row in inducing] == [("exact GP (n = 300)", 0), ("QSGP-0", 2), ("QSGP-0", 4)]
+    assert [(row["model"], row["steps"]) for row in inducing][:3] == [("exact GP (n = 300)", 0), ("QSGP-0", 2),
+                                                                       ("QSGP-0", 4)]
+    assert inducing[3]["model"] == "SVGP-16 (held, same seconds)" and inducing[3]["steps"] >= 1
     assert all(math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 3 for row in inducing)
 
 
