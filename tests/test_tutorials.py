@@ -45,6 +45,23 @@ def test_arviz_diagnostics(backend, tmp_path):
 
 
 @pytest.mark.slow
+def test_qsgp_flights(tmp_path):
+    """The quick run on flights_3m (skipped without the data): a step at m = 10^5 within twice
+    the step at m = 10^3, and the trained model at least as good as the constant predictor."""
+    import os
+
+    shared = pathlib.Path(os.environ.get("SPARSEGP_DATA") or ROOT.parent / "shared" / "data")
+    if not (shared / "flights_3m" / "flights_3m.npz").exists():
+        pytest.skip(f"flights_3m is not in {shared} ($SPARSEGP_DATA, else ../shared/data)")
+    output = tmp_path / "plot.png"
+    out = run("qsgp_flights.py", "--data-dir", str(shared), "--output", str(output))
+    ratio = float(re.search(r"takes ([\d.]+) x the step", out).group(1))
+    rmse, constant = map(float, re.search(r"test RMSE ([\d.]+) \(constant predictor ([\d.]+)\)", out).groups())
+    assert ratio < 2 and rmse <= constant, out
+    assert output.stat().st_size > 10_000
+
+
+@pytest.mark.slow
 def test_qsgp_rvm(tmp_path):
     """The quick run: the mean follows sinc and empirical Bayes spreads the precisions apart (the
     functions far from the data's structure are on their way to being pruned)."""
