@@ -224,26 +224,6 @@ def simulate_problem(size=1.0, seed=0):
     return raster, candidates[keep], window
 
 
-def _memory():
-    """``(resident MB, high-water mark MB)`` of this process from ``/proc/self/status``, or Nones."""
-    try:
-        with open("/proc/self/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-    except (OSError, KeyError, ValueError):
-        return None, None
-
-
-def _reset_peak():
-    """Reset the high-water mark of the resident set (Linux); False where it cannot."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def simulate_cost(backend, size=1.0, steps=300, patterns=3, simulate_kwargs=None):
     """One row of the ``simulate`` table, measured in this process: the covariate model of
     :func:`simulate_problem` (``Covariates`` mean with prior N(0, 10^2) coupled with an SVGP,
@@ -294,8 +274,8 @@ def simulate_cost(backend, size=1.0, steps=300, patterns=3, simulate_kwargs=None
         return thin(window, log_bound, counted, rng, *args, **kwargs)
 
     windows.thin = counting_thin
-    resident, _ = _memory()
-    reset = _reset_peak()
+    resident, _ = harness.memory()
+    reset = harness.reset_peak()
     seconds, counts = [], []
     try:
         for i in range(patterns):
@@ -305,7 +285,7 @@ def simulate_cost(backend, size=1.0, steps=300, patterns=3, simulate_kwargs=None
             seconds.append(time.perf_counter() - start)
     finally:
         windows.thin = thin
-    _, peak = _memory()
+    _, peak = harness.memory()
     return {"suite": "cox", "table": "simulate", "backend": backend, "size": size,
             "window": f"{window[0, 1]:g} x {window[1, 1]:g}", "num_events": len(events), "steps": steps,
             "fit_seconds": fit_seconds, "patterns": patterns, "draws": len(candidates),

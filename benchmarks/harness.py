@@ -165,6 +165,26 @@ def median(values):
     return float(statistics.median(values))
 
 
+def memory():
+    """``(resident MB, high-water mark MB)`` of this process from ``/proc/self/status``, or Nones."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        return None, None
+
+
+def reset_peak():
+    """Reset the high-water mark of the resident set (Linux); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def gaussian_nlpd(mean, var, y):
     """Mean negative log density of ``y`` under independent Gaussians ``N(mean, var)`` (float64)."""
     mean, var, y = (np.asarray(a, dtype=np.float64) for a in (mean, var, y))
