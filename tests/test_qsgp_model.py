@@ -411,18 +411,28 @@ def test_resume_restores_the_control_variates_state(backend, tmp_path):
         np.testing.assert_allclose(backend.numpy(resumed.params[k]), backend.numpy(v), rtol=1e-12, atol=1e-14)
 
 
-def _float32_problem(lib, array, dtype):
-    """A QSGP on 300 points of a sine over [0, 30] with m = 500 features, 2 dense columns."""
+def _float32_problem(lib, array, dtype, basis="fourier"):
+    """A QSGP on 300 points of a sine over [0, 30] with m = 500 features, 2 dense columns; or on
+    the kernel functions at every third point, the first repeated (coincident inputs), with the
+    dense ``S`` or the relevance vector machine's."""
     X, y = _sine(300)
     X = 3 * X
-    prior = lib.QSGP(lib.RBF(lengthscale=array([2.0], dtype), variance=array(1.0, dtype)), 500, 1, num_dense=2, seed=1)
+    kernel = lib.RBF(lengthscale=array([2.0], dtype), variance=array(1.0, dtype))
+    if basis == "fourier":
+        prior = lib.QSGP(kernel, 500, 1, num_dense=2, seed=1)
+    else:
+        Z = np.concatenate([X[:1], X[::3]])
+        prior = lib.QSGP(kernel, inducing_points=array(Z, dtype), num_dense=2, relevance=basis == "relevance")
     return lib.GPModel(prior, lib.Gaussian(variance=array(0.1, dtype)), num_data=3000), array(X, dtype), array(y, dtype)
 
 
+@pytest.mark.parametrize("basis", ["fourier", "inducing", "relevance"])
 @pytest.mark.parametrize("run", ["pyro", "numpyro-jit"])
-def test_float32_loss_and_gradients(run):
-    """The loss (with control variates) on the same draws in float32 and float64: within 1e-4 of
-    each other, each gradient within 2 % of its float64 norm (eager torch, compiled JAX)."""
+def test_float32_loss_and_gradients(run, basis):
+    """The loss (with control variates, the Nystrom rows with a dense ``S``) on the same draws in
+    float32 and float64: within 1e-4 of each other, each gradient within 2 % of its float64 norm
+    (eager torch, compiled JAX); random Fourier features, and kernel functions at inputs with a
+    coincident pair."""
     from backends import BACKENDS
 
     backend = BACKENDS[run.split("-")[0]]()
@@ -435,13 +445,14 @@ def test_float32_loss_and_gradients(run):
 
             dtype = getattr(torch, name)
             array = lambda a, d: torch.as_tensor(np.asarray(a), dtype=d)  # noqa: E731
-            model, X, y = _float32_problem(lib, array, dtype)
+            model, X, y = _float32_problem(lib, array, dtype, basis)
             loss = lib.QuadruplyStochasticELBO(num_basis=50, control_variates=X[:40])
             named = dict(model.named_parameters())
             torch.manual_seed(0)
             value = loss(model.model, model.guide, X, y)
-            grads = torch.autograd.grad(value, list(named.values()))
-            out[name] = float(value.detach()), {k: g.double().numpy() for k, g in zip(named, grads)}
+            grads = torch.autograd.grad(value, list(named.values()), allow_unused=True)
+            out[name] = float(value.detach()), {k: (torch.zeros_like(p) if g is None else g).double().numpy()
+                                                for (k, p), g in zip(named.items(), grads)}
         else:
             import jax
             import jax.numpy as jnp
@@ -449,7 +460,7 @@ def test_float32_loss_and_gradients(run):
 
             dtype = getattr(jnp, name)
             array = lambda a, d: jnp.asarray(np.asarray(a), dtype=d)  # noqa: E731
-            model, X, y = _float32_problem(lib, array, dtype)
+            model, X, y = _float32_problem(lib, array, dtype, basis)
             loss = lib.QuadruplyStochasticELBO(num_basis=50, control_variates=X[:40])
             with handlers.trace() as trace, handlers.seed(rng_seed=0):
                 model.model(X, y)

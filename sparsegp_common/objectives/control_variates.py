@@ -62,10 +62,11 @@ class Support(NamedTuple):
 
 def support(X, basis):
     """The :class:`Support` on the rows ``X`` for ``basis`` (the Nystrom factor computed here
-    when its prior precision is dense: ``O(n_bar^3)``)."""
+    when its prior precision is dense: ``O(n_bar^3)``, in float64, as ``S``'s own jitter was
+    chosen for)."""
     if basis.diagonal_prior:
         return Support(X, basis)
-    return Support(X, basis, cholesky(basis.gram(X), basis.jitter))
+    return Support(X, basis, cholesky(basis.gram(X), basis.jitter, dtype="float64"))
 
 
 def initial_state(support, v):
