@@ -1,11 +1,12 @@
 """Quadruply stochastic GPs (Evans and Nair, 2020, "Quadruply stochastic Gaussian processes"): a
-weight-space prior component ``f(x) = phi(x)^T w`` over ``m`` random Fourier features, with the
-chevron family ``q(w) = N(q_mu, C C^T)`` (Sec. 2.2), and the loss that trains it in
-``O(n~ m~ (1 + k))`` per step, whatever ``n`` and ``m``.
+weight-space prior component ``f(x) = phi(x)^T w`` over ``m`` random Fourier features, or the
+kernel functions at inducing points (with the dense prior precision ``S = K``, or the relevance
+vector machine's learnt diagonal one), with the chevron family ``q(w) = N(q_mu, C C^T)`` (Sec.
+2.2), and the loss that trains it in ``O(n~ m~ (1 + k))`` per step, whatever ``n`` and ``m``.
 
 :class:`QSGP` is an ordinary prior component: ``GPModel(QSGP(...), likelihood)``, ``predict_f``,
 ``predict_y`` and ``model``/``guide`` in a user's model work as for every other prior, with the
-exact-in-``m`` data term (``O(n~ m k)`` per step). :func:`quadruply_stochastic_loss` is the
+exact-in-``m`` data term (``O(n~ m k)`` per step), or (``num_basis``) the subsampled one. :func:`quadruply_stochastic_loss` is the
 paper's estimator for the Gaussian likelihood (Theorems 1-2, Propositions 1-2;
 :mod:`sparsegp_common.objectives.quadruply_stochastic`), used through the backends'
 ``QuadruplyStochasticELBO`` loss with ``fit`` or SVI.
