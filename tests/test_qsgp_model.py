@@ -157,7 +157,7 @@ def test_subsampled_pair_in_a_users_model(backend, rng):
                   q_dense=rng.normal(size=(M, K)) * 0.4)
     gp = backend.set(lib.QSGP(kernel, M, D, num_dense=K, seed=3, num_basis=3), **values)
     assert set(gp.site_names) >= {"gp.basis_draw", "gp.eps", "gp.kl", "gp.f"}
-    replicates = 800 if backend.name == "pyro" else 4000
+    replicates = 800 if backend.name == "pyro" else 2000
     pair = backend.losses(*_bernoulli_user_model(backend, gp), Xa, ya, replicates=replicates)
     library = _estimates(backend, lib.GPModel(gp, lib.Bernoulli()), X, y, lib.QuadruplyStochasticELBO(num_basis=3),
                          replicates)
@@ -426,13 +426,13 @@ def _float32_problem(lib, array, dtype, basis="fourier"):
     return lib.GPModel(prior, lib.Gaussian(variance=array(0.1, dtype)), num_data=3000), array(X, dtype), array(y, dtype)
 
 
-@pytest.mark.parametrize("basis", ["fourier", "inducing", "relevance"])
+@pytest.mark.parametrize("basis", ["fourier", "inducing"])
 @pytest.mark.parametrize("run", ["pyro", "numpyro-jit"])
 def test_float32_loss_and_gradients(run, basis):
     """The loss (with control variates, the Nystrom rows with a dense ``S``) on the same draws in
     float32 and float64: within 1e-4 of each other, each gradient within 2 % of its float64 norm
     (eager torch, compiled JAX); random Fourier features, and kernel functions at inputs with a
-    coincident pair."""
+    coincident pair (the relevance vector machine's diagonal S reads as the features' does)."""
     from backends import BACKENDS
 
     backend = BACKENDS[run.split("-")[0]]()
