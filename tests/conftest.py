@@ -22,6 +22,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one thread per worker: oversubscrib
     except ModuleNotFoundError:  # the newest-versions tier runs NumPyro alone
         pass
 
+# XLA compiles without most of its optimisations (a third less time to the first step, the same
+# arithmetic), here and in the tutorials and benchmarks run as subprocesses; tests about float32
+# (by their names) compile as users' programs do (see full_xla_for_float32)
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -29,6 +34,20 @@ import pytest  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 from backends import BACKENDS  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def full_xla_for_float32(request):
+    """float32 round-off is what those tests check: all of XLA's optimisations, as users run."""
+    if "float32" not in request.node.nodeid:
+        yield
+        return
+    old = jax.config.values["jax_disable_most_optimizations"]
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", old)
 
 
 @pytest.fixture(params=sorted(BACKENDS))

@@ -7,8 +7,8 @@ that docs/usage.md says its snippets take as the user's data (``X``, ``y``, ``Z`
 tensors or JAX arrays; every module is imported by the blocks.
 
 To keep this fast, ``fit`` runs ``MAX_STEPS`` steps (``num_epochs`` included; ``MORE_STEPS`` for
-the blocks named there), ``to_inference_data`` draws at most ``MAX_DRAWS``, and NumPyro sessions
-compile without XLA's optimisations; everything else runs as written. Blocks that call a dataset
+the blocks named there) and ``to_inference_data`` draws at most ``MAX_DRAWS`` (XLA compiles
+without most of its optimisations, as in every test: conftest.py); everything else runs as written. Blocks that call a dataset
 loader (``load_...``) need the shared data (``$SPARSEGP_DATA``, else ``../shared/data``) and run
 in a test of their own, skipped without it (or without their data set). A block that raises fails
 the test with its page and line, and the traceback points into the page; ``KNOWN_FAILURES`` lists
@@ -138,18 +138,6 @@ def few_draws(export):
 
 
 @contextlib.contextmanager
-def jax_option(name, value):
-    import jax
-
-    old = jax.config.values[name]
-    jax.config.update(name, value)
-    try:
-        yield
-    finally:
-        jax.config.update(name, old)
-
-
-@contextlib.contextmanager
 def torch_threads(n):
     import torch
 
@@ -193,10 +181,9 @@ def test_python_blocks_run(page, backend, data, shrunk, monkeypatch):
         pyro.clear_param_store()
         pyro.set_rng_seed(0)
     namespace = {"__name__": "__doc__", **user_data(backend)}
-    # NumPyro compiles in 2/3 of the time; small torch ops wait on a second thread that a busy machine
-    # deschedules (as conftest sets for xdist workers)
-    with jax_option("jax_disable_most_optimizations", backend == "numpyro"), \
-            torch_threads(1) if backend == "pyro" else contextlib.nullcontext():
+    # small torch ops wait on a second thread that a busy machine deschedules (as conftest sets for
+    # xdist workers)
+    with torch_threads(1) if backend == "pyro" else contextlib.nullcontext():
         for line, code in blocks(page):
             if backend_of(code) != backend or bool(DATA.search(code)) != data:
                 continue
