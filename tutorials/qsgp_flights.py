@@ -20,23 +20,7 @@ import numpy as np
 
 from sparsegp_common.data.datasets import load_flights
 
-
-def setup(backend):
-    """``(library, array, AdaGrad group options, numpy)`` of the backend."""
-    if backend == "pyro":
-        import torch
-
-        import pyro_sparsegp as lib
-
-        return (lib, lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32),
-                {"optimizer": torch.optim.Adagrad}, lambda a: a.detach().numpy())
-    import jax.numpy as jnp
-    import numpyro
-
-    import numpyro_sparsegp as lib
-
-    return (lib, lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float32),
-            {"optimizer": numpyro.optim.Adagrad, "momentum": 0.0}, np.asarray)
+from qsgp_backend import setup  # beside this script
 
 
 def main():

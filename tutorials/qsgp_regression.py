@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from qsgp_backend import setup  # beside this script
+
 
 def truth(x):
     return np.sin(3 * x) + 0.5 * np.sin(11 * x)
@@ -26,24 +28,6 @@ def data(n, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-3, 3, size=(n, 1))
     return X, truth(X[:, 0]) + 0.2 * rng.normal(size=n)
-
-
-def setup(backend):
-    """``(library, array, AdaGrad group options, numpy)`` of the backend."""
-    if backend == "pyro":
-        import torch
-
-        import pyro_sparsegp as lib
-
-        return (lib, lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32),
-                {"optimizer": torch.optim.Adagrad}, lambda a: a.detach().numpy())
-    import jax.numpy as jnp
-    import numpyro
-
-    import numpyro_sparsegp as lib
-
-    return (lib, lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float32),
-            {"optimizer": numpyro.optim.Adagrad, "momentum": 0.0}, np.asarray)
 
 
 def main():

@@ -21,29 +21,13 @@ import time
 
 import numpy as np
 
+from qsgp_backend import setup  # beside this script
+
 
 def data(n=500, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-10, 10, size=(n, 1))  # in random order: the dense columns of C are the first 10 functions
     return X, np.sinc(X[:, 0] / np.pi) + 0.1 * rng.normal(size=n)
-
-
-def setup(backend):
-    """``(library, array, AdaGrad group options, numpy)`` of the backend."""
-    if backend == "pyro":
-        import torch
-
-        import pyro_sparsegp as lib
-
-        return (lib, lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32),
-                {"optimizer": torch.optim.Adagrad}, lambda a: a.detach().numpy())
-    import jax.numpy as jnp
-    import numpyro
-
-    import numpyro_sparsegp as lib
-
-    return (lib, lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float32),
-            {"optimizer": numpyro.optim.Adagrad, "momentum": 0.0}, np.asarray)
 
 
 def main():

@@ -9,13 +9,14 @@ precision per function: the relevance vector machine (Tipping, 2001; their QSRVM
 """
 import copy
 
+from sparsegp_common.features.weight_basis import WeightBasis
 from sparsegp_common.kernels import Stationary
 from sparsegp_common.ops import backend, device, namespace
 
 __all__ = ["InducingPointBasis"]
 
 
-class InducingPointBasis:
+class InducingPointBasis(WeightBasis):
     """``m`` kernel functions ``k(., z_j)`` of a stationary ``kernel`` at the inputs ``Z``, with the
     dense prior precision ``S = K(Z, Z) + jitter I``, or the diagonal ``S = diag(exp(log_precision))``.
 
@@ -36,7 +37,6 @@ class InducingPointBasis:
         self.kernel, self.Z, self.jitter, self.log_det = kernel, Z, float(jitter), log_det
         self.log_precision, self.index = log_precision, None
         self.diagonal_prior = log_precision is not None
-        self.hyperparameters = None
 
     def gathered(self, index, log_precision):
         """The same basis reading the log precisions from their rows ``index`` only (sorted;
@@ -52,19 +52,6 @@ class InducingPointBasis:
     @property
     def input_dim(self):
         return self.Z.shape[1]
-
-    def fixed(self, lengthscale, variance):
-        """The same basis with ``lengthscale`` and ``variance`` held at the given values."""
-        basis = copy.copy(self)
-        basis.hyperparameters = (lengthscale, variance)
-        return basis
-
-    def held(self):
-        """The same basis with the kernel's current hyperparameters held (read once, here)."""
-        return self.fixed(*self._lengthscale_and_variance())
-
-    def _lengthscale_and_variance(self):
-        return self.hyperparameters or (self.kernel.lengthscale, self.kernel.variance)
 
     def _K(self, A, B):
         return self.kernel.K_at(A, B, *self._lengthscale_and_variance())

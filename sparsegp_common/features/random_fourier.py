@@ -14,9 +14,9 @@ The draws come from a counter-based generator: a 32-bit integer hash of ``(seed,
 written with int32 arithmetic that wraps the same way in NumPy, torch and JAX (also without
 ``jax_enable_x64``), so every backend computes the same frequencies.
 """
-import copy
 import math
 
+from sparsegp_common.features.weight_basis import WeightBasis
 from sparsegp_common.kernels import Matern, SquaredExponential
 from sparsegp_common.ops import device, namespace
 
@@ -56,7 +56,7 @@ def counter_normal(seed, index, stream, dtype):
     return xp.sqrt(-2.0 * xp.log(u1)) * xp.cos(2 * math.pi * u2)
 
 
-class RandomFourierBasis:
+class RandomFourierBasis(WeightBasis):
     """``m`` random Fourier features of a stationary ``kernel`` (squared exponential or Matern)
     on ``input_dim``-dimensional inputs, read by index.
 
@@ -81,21 +81,6 @@ class RandomFourierBasis:
         if int(num_features) < 1 or int(input_dim) < 1:
             raise ValueError(f"num_features and input_dim must be positive, got {num_features} and {input_dim}")
         self.kernel, self.num_features, self.input_dim, self.seed = kernel, int(num_features), int(input_dim), int(seed)
-        self.hyperparameters = None
-
-    def fixed(self, lengthscale, variance):
-        """The same basis with ``lengthscale`` and ``variance`` held at the given values instead of
-        the kernel's (the control variates' support features, Evans and Nair, 2020, App. F.3)."""
-        basis = copy.copy(self)
-        basis.hyperparameters = (lengthscale, variance)
-        return basis
-
-    def held(self):
-        """The same basis with the kernel's current hyperparameters held (read once, here)."""
-        return self.fixed(*self._lengthscale_and_variance())
-
-    def _lengthscale_and_variance(self):
-        return self.hyperparameters or (self.kernel.lengthscale, self.kernel.variance)
 
     def frequencies(self, I, dtype):
         """``Omega_I``, ``(len(I), D)``, before the lengthscale: from the normalised spectral density."""

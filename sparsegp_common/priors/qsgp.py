@@ -447,14 +447,18 @@ def _loss(owner, prior, likelihood, X, y, drawn, control, gathered):
 
     def refresh():  # Phi_p at the current hyperparameters, and a from scratch
         fixed = tuple(ops.stop_gradient(h) for h in (prior.kernel.lengthscale, prior.kernel.variance))
-        return (_support_product(control_variates.support(state.X, prior.basis.fixed(*fixed)), full),) + fixed
+        support = control_variates.support(state.X, prior.basis.fixed(*fixed))
+        return (_support_product(support, full), support.nystrom) + fixed
 
     def follow():
         support = control_variates.support(state.X, prior.basis.fixed(state.lengthscale, state.variance))
-        return control_variates.catch_up(support, state, lambda rows: _columns(q, rows)), state.lengthscale, state.variance
+        a = control_variates.catch_up(support, state, lambda rows: _columns(q, rows))
+        return a, support.nystrom, state.lengthscale, state.variance
 
-    a, lengthscale, variance = ops.when_any((state.step % refresh_every == 0) & (state.step > 0), refresh, follow)
-    support = control_variates.support(state.X, prior.basis.fixed(lengthscale, variance))
+    # the branch's support comes out as arrays (its Nystrom factor: one O(n_bar^3) per step)
+    a, nystrom, lengthscale, variance = ops.when_any((state.step % refresh_every == 0) & (state.step > 0),
+                                                     refresh, follow)
+    support = control_variates.Support(state.X, prior.basis.fixed(lengthscale, variance), nystrom)
     I, J = drawn.I, drawn.J
     loss = loss + 0.5 * control_variates.pair(support, a, _columns(q, I), _columns(q, J), I, J, q.num_weights,
                                               num_data, likelihood.variance)
