@@ -6,7 +6,7 @@ the gradient, training through ``fit``, bad input."""
 import numpy as np
 import pytest
 import reference as ref
-from test_qsgp_model import _adagrad, _estimates, _tables, control_variate_estimates
+from test_qsgp_model import REPLICATES, _adagrad, _estimates, _tables, control_variate_estimates
 
 M, K, D, JITTER, NOISE = 7, 2, 2, 0.05, 0.3
 LENGTHSCALE, VARIANCE = [0.9, 1.4], 1.3
@@ -82,7 +82,7 @@ def test_loss_is_unbiased(backend, rng, relevance):
     machine's learnt diagonal one, has the exact negative ELBO as its mean."""
     model, X, y, *_ = _problem(backend, rng, relevance=relevance)
     loss = backend.lib.QuadruplyStochasticELBO(num_basis=3)
-    values = _estimates(backend, model, X, y, loss, 1500 if backend.name == "pyro" else 4000)
+    values = _estimates(backend, model, X, y, loss, REPLICATES[backend.name])
     exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
     z = (values.mean() - exact) / (values.std() / np.sqrt(len(values)))
     assert abs(z) < 4, (values.mean(), exact, z)
@@ -106,7 +106,7 @@ def test_nystrom_control_variate(backend, rng, monkeypatch):
     model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=100.0))
     Xa, ya = backend.array(X), backend.array(y)
     exact = -float(backend.numpy(model.elbo(Xa, ya)))
-    replicates = 1000 if backend.name == "pyro" else 2000
+    replicates = REPLICATES[backend.name] // 2
 
     def estimates(**options):
         return control_variate_estimates(backend, model, lib.QuadruplyStochasticELBO(num_basis=8, **options), Xa, ya,

