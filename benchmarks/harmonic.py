@@ -311,8 +311,9 @@ def classification_settings(quick):
 
 def translated_images(name, opts, seed=0):
     """``(X, y, X_test, y_test, synthetic)``: images rolled circularly by 0..27 pixels along each
-    axis (one random shift per image), pixels in [0, 1], flattened; mnist_10k (no test split):
-    its last 2,000 rows are the test set. Synthetic stripes of 10 orientations when absent."""
+    axis (one random shift per image), pixels in [0, 1], flattened; mnist_10k (no test split, its
+    rows grouped by class): 2,000 of its rows at random are the test set. Synthetic stripes of 10
+    orientations when absent."""
     import numpy as np
 
     from sparsegp_common.data import datasets
@@ -322,7 +323,8 @@ def translated_images(name, opts, seed=0):
     if folder.is_dir():
         if name == "mnist_10k":
             X, y = datasets.load_mnist(flatten=False, dtype=np.float32, data_dir=harness.data_dir())
-            X, y, Xt, yt = X[:8000], y[:8000], X[8000:], y[8000:]
+            order = rng.permutation(len(X))  # the file holds the 0s, then the 1s, ...
+            X, y, Xt, yt = X[order[:8000]], y[order[:8000]], X[order[8000:]], y[order[8000:]]
         else:
             X, y, Xt, yt = datasets.load_fashion_mnist(flatten=False, dtype=np.float32, data_dir=harness.data_dir())
         synthetic = False

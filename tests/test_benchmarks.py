@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -204,6 +205,18 @@ def test_harmonic_quick(tmp_path):
     assert [row["model"] for row in classification] == ["TRAN 16 x 2", "TRAN-S 16 x 2", "SVGP 4"]
     for row in classification:
         assert 0 <= row["accuracy"] <= 1 and 0 < row["nll"] < 10
+
+
+def test_translated_mnist_10k_splits_every_class():
+    """mnist_10k's file holds its rows grouped by class: the classification part's split draws
+    both sets from all ten (skipped without the shared data)."""
+    from benchmarks import harmonic
+
+    if not (harness.data_dir() / "mnist_10k").is_dir():
+        pytest.skip(f"mnist_10k is not in {harness.data_dir()}")
+    X, y, Xt, yt, synthetic = harmonic.translated_images("mnist_10k", {"train": 8000, "test": 2000})
+    assert not synthetic and X.shape == (8000, 784) and Xt.shape == (2000, 784)
+    assert set(np.unique(y)) == set(np.unique(yt)) == set(range(10))
 
 
 @pytest.mark.slow
