@@ -203,8 +203,7 @@ def test_fit_with_inducing_points_at_every_training_input(backend):
     assert float(backend.numpy(result.params["gp.kernel.lengthscale"])[0]) == pytest.approx(1.0, rel=1e-12)
 
 
-@pytest.mark.parametrize("basis", ["inducing"])
-def test_arviz_export(backend, rng, basis):
+def test_arviz_export(backend, rng):
     """``to_inference_data`` after a short ``fit`` by rows (the kernel basis; the export reads
     every basis through the same posterior): the pointwise log-likelihood of every row and draws
     of ``f`` (QSGP has no global site ``u``: ``w`` is integrated out)."""
@@ -212,7 +211,7 @@ def test_arviz_export(backend, rng, basis):
     X, y = _sine(60)
     Xa, ya = backend.array(X), backend.array(y)
     kernel = backend.kernel("rbf", [1.0], 1.0)
-    prior = lib.QSGP(kernel, 40, 1) if basis == "fourier" else lib.QSGP(kernel, inducing_points=Xa, jitter=1e-4)
+    prior = lib.QSGP(kernel, inducing_points=Xa, jitter=1e-4)
     model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=0.05), num_data=60)
     result = lib.fit(model.model, model.guide, (Xa, ya), num_steps=20, batch_size=30, lr=0.01, progress=False,
                      loss=lib.QuadruplyStochasticELBO(num_basis=10), param_groups=_tables(backend, lr=0.1))
