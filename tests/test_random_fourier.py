@@ -11,6 +11,7 @@ from sparsegp_common.features.random_fourier import RandomFourierBasis, counter_
 
 
 def test_draws_are_the_same_in_every_backend():
+    """One stream or several at once (as columns), NumPy, torch and JAX in float32 draw the same."""
     import jax
     import jax.numpy as jnp
 
@@ -22,6 +23,12 @@ def test_draws_are_the_same_in_every_backend():
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-5)
     assert not np.allclose(counter_normal(4, index, 5, np.float64), expected)  # another seed
     assert not np.allclose(counter_normal(3, index, 6, np.float64), expected)  # another stream
+    several = counter_normal(3, torch.tensor(index), range(4, 7), torch.float64).numpy()  # streams as columns
+    np.testing.assert_array_equal(several[:, 1], expected)
+    np.testing.assert_array_equal(several[:, 2], counter_normal(3, index, 6, np.float64))
+    with jax.enable_x64(False):
+        uniforms = counter_uniform(3, jnp.asarray(index, jnp.int32), [0, 9], jnp.float32)
+    np.testing.assert_array_equal(np.asarray(uniforms[:, 1]), counter_uniform(3, index, 9, np.float32))
 
 
 def test_draws_are_uniform_and_normal():

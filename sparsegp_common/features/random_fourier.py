@@ -15,6 +15,7 @@ written with int32 arithmetic that wraps the same way in NumPy, torch and JAX (a
 ``jax_enable_x64``), so every backend computes the same frequencies.
 """
 import math
+from numbers import Integral
 
 from sparsegp_common.features.weight_basis import WeightBasis
 from sparsegp_common.kernels import Matern, SquaredExponential
@@ -30,10 +31,17 @@ def _shift(x, bits):
     return (x >> bits) & ((1 << (32 - bits)) - 1)
 
 
-def _hash(seed, index, stream, xp):
+def _wrap(value):
+    """A Python integer as the int32 it wraps to."""
+    return (value + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def _hash(seed, index, streams, xp):
+    """One hash per entry of ``index`` and per stream: ``(*index.shape, len(streams))``, one set of
+    operations whatever the number of streams (a compiled step holds one, not one per stream)."""
     # "lowbias32" finaliser (C. Wellons, hash-prospector) over a linear mix of the three counters
-    offset = (seed * _MIX[0] + stream * _MIX[2] + (1 << 31)) % (1 << 32) - (1 << 31)  # as an int32
-    x = xp.astype(index, xp.int32) * _MIX[1] + offset
+    offset = xp.asarray([_wrap(seed * _MIX[0] + s * _MIX[2]) for s in streams], dtype=xp.int32, device=device(index))
+    x = xp.astype(index, xp.int32)[..., None] * _MIX[1] + offset
     x = x ^ _shift(x, 16)
     x = x * 2146121005  # 0x7feb352d
     x = x ^ _shift(x, 15)
@@ -41,19 +49,34 @@ def _hash(seed, index, stream, xp):
     return x ^ _shift(x, 16)
 
 
+def _streams(draw, seed, index, stream, dtype):
+    """``draw(seed, index, streams, dtype, xp)`` for one stream (an integer: ``index``'s shape) or
+    several (a sequence of S integers: ``(*index.shape, S)``)."""
+    single = isinstance(stream, Integral)
+    draws = draw(seed, index, [int(stream)] if single else [int(s) for s in stream], dtype, namespace(index))
+    return draws[..., 0] if single else draws
+
+
+def _uniforms(seed, index, streams, dtype, xp):
+    return (xp.astype(_shift(_hash(seed, index, streams, xp), 8), dtype) + 0.5) / 16777216.0
+
+
+def _normals(seed, index, streams, dtype, xp):
+    u = _uniforms(seed, index, [2 * s + k for k in (0, 1) for s in streams], dtype, xp)
+    return xp.sqrt(-2.0 * xp.log(u[..., :len(streams)])) * xp.cos(2 * math.pi * u[..., len(streams):])
+
+
 def counter_uniform(seed, index, stream, dtype):
-    """Uniform draws on ``(0, 1)`` (24 random bits), one per entry of the integer array ``index``,
-    the same for the same ``(seed, index, stream)`` in every backend."""
-    xp = namespace(index)
-    bits = _shift(_hash(seed, index, stream, xp), 8)
-    return (xp.astype(bits, dtype) + 0.5) / 16777216.0
+    """Uniform draws on ``(0, 1)`` (24 random bits), one per entry of the integer array ``index``
+    and per ``stream`` (an integer, or a sequence of S integers: then ``(*index.shape, S)``), the
+    same for the same ``(seed, index, stream)`` in every backend."""
+    return _streams(_uniforms, seed, index, stream, dtype)
 
 
 def counter_normal(seed, index, stream, dtype):
-    """Standard normal draws (Box-Muller on the uniform streams ``2 stream`` and ``2 stream + 1``)."""
-    xp = namespace(index)
-    u1, u2 = (counter_uniform(seed, index, 2 * stream + s, dtype) for s in (0, 1))
-    return xp.sqrt(-2.0 * xp.log(u1)) * xp.cos(2 * math.pi * u2)
+    """Standard normal draws (Box-Muller on the uniform streams ``2 stream`` and ``2 stream + 1``),
+    shaped as :func:`counter_uniform`'s."""
+    return _streams(_normals, seed, index, stream, dtype)
 
 
 class RandomFourierBasis(WeightBasis):
@@ -85,10 +108,11 @@ class RandomFourierBasis(WeightBasis):
     def frequencies(self, I, dtype):
         """``Omega_I``, ``(len(I), D)``, before the lengthscale: from the normalised spectral density."""
         xp = namespace(I)
-        omega = xp.stack([counter_normal(self.seed, I, 1 + d, dtype) for d in range(self.input_dim)], axis=-1)
+        omega = counter_normal(self.seed, I, range(1, 1 + self.input_dim), dtype)
         if self.degrees is None:
             return omega
-        chi2 = sum(counter_normal(self.seed, I, 1 + self.input_dim + j, dtype) ** 2 for j in range(self.degrees))
+        chi2 = xp.sum(counter_normal(self.seed, I, range(1 + self.input_dim, 1 + self.input_dim + self.degrees), dtype)
+                      ** 2, axis=-1)
         return omega * xp.sqrt(self.degrees / chi2)[:, None]
 
     def features(self, X, I):
