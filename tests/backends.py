@@ -39,6 +39,8 @@ class Backend:
         return model, guide
 
 
+import contextlib
+
 import jax
 import numpy as np
 import numpyro
@@ -52,6 +54,18 @@ try:
     import torch
 except ModuleNotFoundError:  # the newest-versions tier (.ci/newest) installs the NumPyro extras only
     pyro = torch = None
+
+
+@contextlib.contextmanager
+def xla_optimisations(enabled):
+    """JAX programs compiled inside with all of XLA's optimisations (``enabled``: as users run, for
+    float32 round-off) or most of them off (the suite's default: float64 references and the rest)."""
+    old = jax.config.values["jax_disable_most_optimizations"]
+    jax.config.update("jax_disable_most_optimizations", not enabled)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", old)
 
 
 class PyroBackend(Backend):

@@ -33,7 +33,7 @@ import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-from backends import BACKENDS  # noqa: E402
+from backends import BACKENDS, xla_optimisations  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,12 +42,8 @@ def full_xla_for_float32(request):
     if "float32" not in request.node.nodeid:
         yield
         return
-    old = jax.config.values["jax_disable_most_optimizations"]
-    jax.config.update("jax_disable_most_optimizations", False)
-    try:
+    with xla_optimisations(True):
         yield
-    finally:
-        jax.config.update("jax_disable_most_optimizations", old)
 
 
 @pytest.fixture(params=sorted(BACKENDS))

@@ -8,7 +8,8 @@ AdaGrad on the q tables: each step reads 500 rows and three sets of ``num_basis`
 and updates only those rows (``fit`` steps by rows), so its time does not grow with ``m``. It
 prints the seconds per step for ``m`` from 10^3 to 10^6 side by side, then trains the largest for
 a few thousand steps and prints its test RMSE and NLPD beside the constant predictor's, and plots
-the step time against ``m``. (The quick run: 30,000 flights, ``m`` of 10^3 and 10^5, fewer steps.)
+the step time against ``m``. (The quick run: 30,000 flights, ``m`` of 10^3 and 10^5, fewer steps, 2,000 test
+flights.)
 
     python tutorials/qsgp_flights.py [--backend pyro|numpyro] [--quick] [--data-dir DIR] [--output outputs/qsgp_flights.png]
 """
@@ -30,14 +31,15 @@ def main():
     parser.add_argument("--data-dir", default=None, help="the data directory (default: $SPARSEGP_DATA)")
     parser.add_argument("--output", default="outputs/qsgp_flights.png")
     args = parser.parse_args()
-    n, ms, steps, num_basis, timed = ((30_000, (1_000, 100_000), 200, 300, 10) if args.quick
-                                      else (1_000_000, (1_000, 10_000, 100_000, 1_000_000), 5000, 1000, 50))
+    n, n_test, ms, steps, num_basis, timed = ((30_000, 2_000, (1_000, 100_000), 200, 300, 10) if args.quick
+                                              else (1_000_000, 10_000, (1_000, 10_000, 100_000, 1_000_000), 5000,
+                                                    1000, 50))
     lib, array, adagrad, numpy = setup(args.backend)
 
-    X, y = load_flights(num_rows=n + 10_000, seed=0, data_dir=args.data_dir)
+    X, y = load_flights(num_rows=n + n_test, seed=0, data_dir=args.data_dir)
     keep = np.abs(y) < 600  # a few delays of -1000 minutes and less are recording errors
     X, y = X[keep], y[keep]
-    test = np.random.default_rng(1).permutation(len(X))[:10_000]
+    test = np.random.default_rng(1).permutation(len(X))[:n_test]
     train = np.setdiff1d(np.arange(len(X)), test)
     shift, scale = X[train].mean(0), X[train].std(0)
     X = (X - shift) / scale

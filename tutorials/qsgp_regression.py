@@ -36,7 +36,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer points, features and steps (CI)")
     parser.add_argument("--output", default="outputs/qsgp_regression.png")
     args = parser.parse_args()
-    n, m, steps = (5_000, 2_000, 600) if args.quick else (20_000, 50_000, 3000)
+    n, m, steps = (5_000, 2_000, 400) if args.quick else (20_000, 50_000, 3000)
     lib, array, adagrad, numpy = setup(args.backend)
     X, y = data(n)
     X_test = np.linspace(-3, 3, 400)[:, None]

@@ -36,7 +36,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="fewer steps (CI)")
     parser.add_argument("--output", default="outputs/qsgp_rvm.png")
     args = parser.parse_args()
-    steps = 800 if args.quick else 10_000
+    steps = 500 if args.quick else 10_000
     lib, array, adagrad, numpy = setup(args.backend)
     X, y = data()
     n = len(X)
