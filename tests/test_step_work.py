@@ -1,6 +1,7 @@
 """The work of one SVI step, counted: a whitened SVGP factorises ``Kuu`` once per step (in the
 guide; the model scores ``u`` under ``N(0, I)`` and needs no factor), in a user's model as in
-``GPModel``; unwhitened, the model's prior and KL need it too."""
+``GPModel``; unwhitened, the model's prior and KL need it too. Building a whitened SVGP computes
+no ``Kuu`` (NumPyro traces its shape)."""
 import numpy as np
 import pytest
 
@@ -121,3 +122,25 @@ def test_a_whitened_step_multiplies_no_m_by_m_matrices(backend):
                                                                 gp_model.guide, *args)))(params)
 
     assert _cubic_products(backend, loss, M) == 0
+
+
+def test_building_a_whitened_svgp_computes_no_kuu(backend, monkeypatch):
+    """A whitened SVGP's construction needs only ``Kuu``'s batch shape: NumPyro traces it (no
+    kernel matrix computed, so nothing compiled before the first step), and a batch shape that
+    does not fit q(u) is still refused there."""
+    lib, calls = backend.lib, []
+    kernel = backend.kernel("rbf", [0.8], 1.3)
+    K_at = type(kernel).K_at
+
+    def spied(self, X, *args):
+        K = K_at(self, X, *args)
+        calls.append(operations(K).is_concrete(K))
+        return K
+
+    monkeypatch.setattr(type(kernel), "K_at", spied)
+    lib.SVGP(kernel, backend.array(np.linspace(-1, 1, 5)[:, None]))
+    assert calls and all(calls) == (backend.name == "pyro")  # NumPyro: traced only
+    batched = backend.kernel("rbf", [0.8], 1.3)
+    backend.set(batched, variance=np.ones(3))
+    with pytest.raises(ValueError, match="Kuu has batch shape"):
+        lib.SVGP(batched, backend.array(np.linspace(-1, 1, 5)[:, None]), num_latent=2)

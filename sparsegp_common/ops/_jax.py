@@ -163,6 +163,12 @@ def is_concrete(x):
     return not isinstance(x, jax.core.Tracer)
 
 
+def output_shape(fn):
+    """The shape of ``fn()``'s array (None for None), traced without running it: no compilation."""
+    out = jax.eval_shape(fn)
+    return None if out is None else tuple(out.shape)
+
+
 def normal(key, shape, like):
     return jax.random.normal(key, shape, dtype=like.dtype)
 

@@ -32,6 +32,12 @@ def is_concrete(x):
     return True
 
 
+def output_shape(fn):
+    """The shape of ``fn()``'s array (None for None)."""
+    out = fn()
+    return None if out is None else tuple(out.shape)
+
+
 def normal(key, shape, like):
     """``key`` is a ``numpy.random.Generator``."""
     return key.standard_normal(shape).astype(like.dtype)

@@ -75,6 +75,12 @@ def is_concrete(x):
     return _proxy_tensor.get_proxy_mode() is None
 
 
+def output_shape(fn):
+    """The shape of ``fn()``'s array (None for None); torch runs it (eager operations compile nothing)."""
+    out = fn()
+    return None if out is None else tuple(out.shape)
+
+
 def normal(key, shape, like):
     """Standard normal draws; ``key`` is a ``torch.Generator`` or None (the global RNG)."""
     return torch.randn(shape, dtype=like.dtype, device=like.device, generator=key)

@@ -54,10 +54,14 @@ class SVGP(GPPrior):
         self._set_mean_function(mean_function, like)
         self.component_shape = tuple(features.component_shape)
         batch_shape = self.component_shape + self.latent_shape
-        Luu = self.posterior_factor()
-        if Luu is not None:
-            check_batch(Luu.shape[:-2], self.component_shape, self.latent_shape, "Kuu")
-        Luu = None if Luu is None or self.strategy.whiten else backend(Luu).stop_gradient(Luu)
+        if self.strategy.whiten:  # only Kuu's batch shape is needed: traced, not computed (no compilation)
+            Luu, factor_shape = None, backend(like).output_shape(self.posterior_factor)
+        else:  # q_sqrt starts at Luu
+            Luu = self.posterior_factor()
+            factor_shape = None if Luu is None else Luu.shape
+            Luu = None if Luu is None else backend(Luu).stop_gradient(Luu)
+        if factor_shape is not None:
+            check_batch(factor_shape[:-2], self.component_shape, self.latent_shape, "Kuu")
         q_mu, q_sqrt = self.family.initial(features.num_inducing, batch_shape, like, Luu)
         self._param("q_mu", q_mu)
         self._param("q_sqrt", q_sqrt, self.family.q_sqrt_constraint)
