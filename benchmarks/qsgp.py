@@ -44,7 +44,7 @@ INDUCING_LR = (0.03, 0.5)  # AdaGrad's rates for q_mu and q_log_diag (the paper 
 
 def settings(quick):
     if harness.tiny():
-        return {"ms": (200, 400), "num_basis": 20, "repeats": 2, "block_seconds": 0.05, "warmup": 1, "svgp_M": 16,
+        return {"ms": (200,), "num_basis": 20, "repeats": 2, "block_seconds": 0.05, "warmup": 1, "svgp_M": 16,
                 "accuracy_m": 200, "accuracy_num_basis": 20, "steps": 3, "support": 20, "batch": 50, "exact_points": 50,
                 "inducing_n": 300, "inducing_num_basis": 50, "inducing_support": 20, "inducing_steps": (2, 4)}
     if quick:
