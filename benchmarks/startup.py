@@ -7,9 +7,8 @@ data plate that subsamples 256 rows, float32. Each measurement runs in a fresh p
 compilation caches empty, as for a user starting a script): the seconds from building the SVGP
 component to the end of ``fit``'s first step (the component's construction, ``SVI.init`` and the
 compilation of the step), then, after training, the seconds of ``to_inference_data`` with 400
-draws (ArviZ imported before). The same model
-without the GP (``f = 0``) runs beside it; the difference is the library's share. Figures are
-medians over fresh processes.
+draws (ArviZ imported before). The same model without the GP (``f = 0``) runs beside it; the
+difference is the library's share. Figures are medians over fresh processes.
 """
 import json
 import subprocess
