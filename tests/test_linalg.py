@@ -37,6 +37,18 @@ def test_solve_lower_values_both_backends(rng, batch_L, batch_B, transpose):
     np.testing.assert_allclose(got_p.numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_torch_solves_keep_row_major_layout(rng, batch, transpose):
+    """A row-major right-hand side gives a row-major solution, forward and backward: a column-major
+    ``L^{-1} Kuf`` made every elementwise operation of a step that mixes it with row-major arrays
+    stride across memory (about 20x slower per operation at 256 x 1024 on CPU)."""
+    L = torch.as_tensor(np.linalg.cholesky(spd(rng, 6, batch))).requires_grad_()
+    B = torch.as_tensor(rng.normal(size=batch + (6, 9))).requires_grad_()
+    A = pla.solve_lower(L, B, transpose=transpose)
+    A.backward(torch.ones_like(A))
+    assert A.is_contiguous() and B.grad.is_contiguous()
+
 @pytest.mark.parametrize("batch", [(), (2,)])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_solve_lower_gradient_matches_jax_rule(rng, batch, transpose):

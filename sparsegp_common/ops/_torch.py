@@ -12,9 +12,13 @@ class CholeskyError(_CoreCholeskyError, torch.linalg.LinAlgError):
 
 
 def solve_lower(L, B, transpose=False):
+    # Solved as B^T L^{-T} (or B^T L^{-1}) on B's transposed view: LAPACK reads a row-major B in
+    # place and the result comes back row-major, where the left-side solve copies B to column-major
+    # and returns A column-major, which every later elementwise operation with a row-major array
+    # then walks across (2-3x slower at M = 256, N = 1024 on CPU; benchmarks/RESULTS.md, "steps").
     if transpose:
-        return torch.linalg.solve_triangular(L.mT, B, upper=True)
-    return torch.linalg.solve_triangular(L, B, upper=False)
+        return torch.linalg.solve_triangular(L, B.mT, upper=False, left=False).mT
+    return torch.linalg.solve_triangular(L.mT, B.mT, upper=True, left=False).mT
 
 
 def cholesky(A, levels, message, dtype):
