@@ -112,7 +112,8 @@ def test_captured_loss_and_gradients_are_trace_elbos(replays):
 
 def test_a_factorisation_needing_more_jitter_runs_traced(replays):
     """Inducing inputs that coincide: the recorded Cholesky (no escalation) fails, the step runs
-    traced (which escalates the jitter), and the fit is the traced one."""
+    traced (which escalates the jitter), and the fit is the traced one. (Round-off in their
+    gradients moves the inputs apart, so later steps may factorise without jitter and replay.)"""
     def model(backend):
         X, y = np.linspace(-2, 2, 24)[:, None], np.sin(np.linspace(-2, 2, 24))
         Z = np.zeros((6, 1))  # Kuu = variance * ones: only the escalated jitter factorises it
@@ -121,7 +122,7 @@ def test_a_factorisation_needing_more_jitter_runs_traced(replays):
 
     traced = pyro_fit(model, False)
     assert_same_fit(pyro_fit(model, True), traced)
-    assert replays and not any(replays)
+    assert replays and not replays[0]
 
 
 def test_the_default_captures_library_objectives_over_long_runs(replays, monkeypatch):
