@@ -49,6 +49,7 @@ def test_torch_solves_keep_row_major_layout(rng, batch, transpose):
     A.backward(torch.ones_like(A))
     assert A.is_contiguous() and B.grad.is_contiguous()
 
+
 @pytest.mark.parametrize("batch", [(), (2,)])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_solve_lower_gradient_matches_jax_rule(rng, batch, transpose):

@@ -107,13 +107,15 @@ class _SEMatvec(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, X, Z, lengthscale, variance, v):
+        from ..kernels import expanded_product
+
         ls = lengthscale.unsqueeze(-2)
         shift = X.mean(-2, keepdim=True)
         Xs, Zs = (X - shift) / ls, (Z - shift) / ls
-        log_var = variance.log()[..., None, None]
-        A = torch.cat([Xs, log_var - 0.5 * (Xs**2).sum(-1, keepdim=True), torch.ones_like(Xs[..., :1])], -1)
-        B = torch.cat([Zs, torch.ones_like(Zs[..., :1]), -0.5 * (Zs**2).sum(-1, keepdim=True)], -1)
-        K = (A @ B.transpose(-1, -2)).clamp_(max=log_var).exp_()  # r2 >= 0: log K <= log var
+        log_var = variance.log()
+        z_term = log_var[..., None] - 0.5 * (Zs**2).sum(-1)
+        K = expanded_product(Xs, Zs, -0.5 * (Xs**2).sum(-1), z_term)
+        K = K.clamp_(max=log_var[..., None, None]).exp_()  # r2 >= 0: log K <= log var
         ctx.save_for_backward(Xs, Zs, lengthscale, variance, v, K)
         ctx.shapes, ctx.consumed = (X.shape, Z.shape), False
         return K @ v
