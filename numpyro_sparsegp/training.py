@@ -15,6 +15,7 @@ from sparsegp_common.inference.training import FitResult, FitState, Trainer, mak
 
 from . import captured
 from . import params as _params
+from .threads import BlasThreads
 
 __all__ = ["FitResult", "FitState", "fit"]
 
@@ -36,7 +37,8 @@ class _Trainer(Trainer):
         if hasattr(loss, "with_initial_state"):  # a loss with state between steps: SVI's mutable state
             state = loss.with_initial_state(self.svi, state, *_batch(self.data, plan, 0))
         # committed to its device, as the updates' outputs are: otherwise the second step compiles again
-        self.state = jax.device_put(state, next(iter(jax.tree_util.tree_leaves(state)[0].devices())))
+        device = next(iter(jax.tree_util.tree_leaves(state)[0].devices()))
+        self.state, self.threads = jax.device_put(state, device), BlasThreads(device)
         # by rows: the state's tables are updated in place (donated), so snapshots copy them
         self.donated = optim.by_rows
         step = self._rows_update if optim.by_rows else self._update
@@ -71,8 +73,11 @@ class _Trainer(Trainer):
         return SVIState(optim_state, mutable, rng_key), jnp.stack([value, optim_state[2].astype(value.dtype)])
 
     def step(self, i):
-        self.state, value = self.update(self.state, self.data, self.plan.indices(i))
+        self.state, value = self.threads.run(lambda: self.update(self.state, self.data, self.plan.indices(i)))
         return value
+
+    def stepping(self):
+        return self.threads
 
     def params(self):
         return self.svi.get_params(self.state)

@@ -1,6 +1,7 @@
 """The training loop ``fit``, written once: the step plan, minibatch indices, early stopping,
 checkpoint schedule, the progress bar and the result objects; each backend gives a
 :class:`Trainer` (its optimiser, step and checkpoint format) to :func:`make_fit`."""
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -465,12 +466,13 @@ def make_fit(trainer, module, **doc):
         losses, start, best = [], 0, None
         if resume and os.path.exists(checkpoint):
             start, losses, best = run.load(checkpoint, tracker)
-        best, stopped, grad_norms = yield from run_steps(
-            plan, start, losses, best, run.step, run.params, run.snapshot,
-            None if checkpoint is None else (lambda done, best: run.save(checkpoint, done, losses, tracker, best)),
-            tracker=tracker, validation=validation, eval_every=eval_every, callbacks=callbacks,
-            checkpoint_every=checkpoint_every, progress=progress, loss_every=loss_every, to_floats=run.to_floats,
-        )
+        with run.stepping():
+            best, stopped, grad_norms = yield from run_steps(
+                plan, start, losses, best, run.step, run.params, run.snapshot,
+                None if checkpoint is None else (lambda done, best: run.save(checkpoint, done, losses, tracker, best)),
+                tracker=tracker, validation=validation, eval_every=eval_every, callbacks=callbacks,
+                checkpoint_every=checkpoint_every, progress=progress, loss_every=loss_every, to_floats=run.to_floats,
+            )
         if restore_best and best is not None:
             run.restore(best)
         params, state = run.finish()
@@ -508,7 +510,9 @@ class Trainer:
       checkpoints of plain arrays (nothing is unpickled);
     * ``finish() -> (params, state)``: the final values, left where predictions read them, and the
       optimiser state for ``FitResult.state``;
-    * ``to_floats(values)``: read the steps' values back in one transfer, as ``[(loss, grad_norm), ...]``.
+    * ``to_floats(values)``: read the steps' values back in one transfer, as ``[(loss, grad_norm), ...]``;
+    * ``stepping()``: a context manager held while the steps run (NumPyro on CPU: the BLAS threads
+      of :mod:`numpyro_sparsegp.threads`; by default nothing).
 
     A loss may keep state from step to step (the control variates of ``QuadruplyStochasticELBO``):
     the trainer then carries it (Pyro: ``loss.state_dict()``/``load_state_dict``, saved in
@@ -516,3 +520,6 @@ class Trainer:
     ``loss.with_initial_state``), and a loss with ``check_optimiser(name, cls, options)`` may refuse
     the optimiser a parameter group gives one of its parameters.
     """
+
+    def stepping(self):
+        return contextlib.nullcontext()

@@ -1,0 +1,88 @@
+"""The BLAS threads of ``fit``'s steps on CPU, chosen by timing the first steps.
+
+JAX's CPU programs run their factorisations and triangular solves through the BLAS/LAPACK library
+SciPy ships (OpenBLAS), whose worker threads compete for the cores with XLA's own threads, which
+run the rest of the program concurrently: on two cores a whitened SVGP step at M = 256, batch 1024
+took 15 ms with OpenBLAS's default threads and 10 ms with one (``benchmarks/RESULTS.md``, "steps:
+one BLAS thread"), while at M = 4096, where one solve is most of the step, one thread took 25 %
+longer. So ``fit`` times a few steps each way and keeps the faster setting until it returns; the
+library's own setting is restored then (also when a ``fit.steps`` generator is closed early).
+"""
+import statistics
+import time
+
+import jax
+
+TRIALS = 3  # steps timed per setting
+SETTLE = 0.25  # seconds of steps untimed after a change: idle OpenBLAS threads spin for about 0.1 s
+GAP = 0.05  # seconds between steps after which they settle again (other work ran in between)
+
+
+class BlasThreads:
+    """A context manager around ``fit``'s steps: after the compiling step, :meth:`run` times
+    ``TRIALS`` steps with the BLAS library limited to one thread, then ``TRIALS`` with its threads
+    as they were, and keeps whichever gave the smaller median step time. Only steps run back to
+    back count, ``SETTLE`` seconds after the setting changed or other work ran between steps
+    (other libraries' threads, also spinning, would slow the first ones).
+
+    Args:
+        device: where the steps run; anything but a CPU is left alone.
+        controller: a ``threadpoolctl.ThreadpoolController`` (None: a new one, made when the timing
+            starts, after JAX has loaded its BLAS).
+    """
+
+    def __init__(self, device, controller=None):
+        self.enabled, self.controller = device.platform == "cpu", controller
+        self.calls, self.times, self.limiter, self.choice = 0, ([], []), None, None
+        self.since = self.last = None  # when the steps started running back to back; the last one ended
+
+    def run(self, step):
+        """``step()``'s result, waited for while the choice is open; ``choice`` is then 1 (one
+        thread) or 0 (as they were)."""
+        self.calls += 1
+        if not self.enabled or self.choice is not None or self.calls == 1:
+            return step()
+        if self.since is None:
+            if not self._limit():  # no BLAS found, or one thread already
+                self.choice = 0
+                return step()
+            self.since = time.perf_counter()
+        start = time.perf_counter()
+        if self.last is not None and start - self.last > GAP:
+            self.since = start
+        out = jax.block_until_ready(step())
+        end = self.last = time.perf_counter()
+        one, default = self.times
+        timing = one if len(one) < TRIALS else default
+        if start - self.since >= SETTLE:
+            timing.append(end - start)
+        if timing is one and len(one) == TRIALS:
+            self._restore()
+            self.since = end
+        elif len(default) == TRIALS:
+            self.choice = int(statistics.median(one) < statistics.median(default))
+            if self.choice:
+                self._limit()
+        return out
+
+    def _limit(self):
+        if self.controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            self.controller = ThreadpoolController()
+        blas = self.controller.select(user_api="blas")
+        if not any(info["num_threads"] > 1 for info in blas.info()):
+            return False
+        self.limiter = blas.limit(limits=1)
+        return True
+
+    def _restore(self):
+        if self.limiter is not None:
+            self.limiter.restore_original_limits()
+            self.limiter = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._restore()
