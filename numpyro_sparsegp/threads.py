@@ -16,6 +16,8 @@ import jax
 TRIALS = 3  # steps timed per setting
 SETTLE = 0.25  # seconds of steps untimed after a change: idle OpenBLAS threads spin for about 0.1 s
 GAP = 0.05  # seconds between steps after which they settle again (other work ran in between)
+LONG = 1.0  # seconds of a step timed whatever ran before it (a spin of 0.1 s is lost in it)
+GIVE_UP = 200  # steps after which the threads go back as they were if the timing is not done
 
 
 class BlasThreads:
@@ -23,7 +25,8 @@ class BlasThreads:
     ``TRIALS`` steps with the BLAS library limited to one thread, then ``TRIALS`` with its threads
     as they were, and keeps whichever gave the smaller median step time. Only steps run back to
     back count, ``SETTLE`` seconds after the setting changed or other work ran between steps
-    (other libraries' threads, also spinning, would slow the first ones).
+    (other libraries' threads, also spinning, would slow the first ones), unless a step takes
+    ``LONG`` seconds or more; with fewer than that by step ``GIVE_UP``, the threads stay as they were.
 
     Args:
         device: where the steps run; anything but a CPU is left alone.
@@ -54,8 +57,12 @@ class BlasThreads:
         end = self.last = time.perf_counter()
         one, default = self.times
         timing = one if len(one) < TRIALS else default
-        if start - self.since >= SETTLE:
+        if start - self.since >= SETTLE or end - start >= LONG:
             timing.append(end - start)
+        if self.calls > GIVE_UP and len(default) < TRIALS:
+            self.choice = 0
+            self._restore()
+            return out
         if timing is one and len(one) == TRIALS:
             self._restore()
             self.since = end

@@ -80,6 +80,23 @@ def test_steps_after_other_work_settle_before_they_are_timed(monkeypatch, pause,
     assert len(tuner.times[0]) == timed and tuner.times[1] == []
 
 
+def test_long_steps_are_timed_after_pauses_and_an_unfinished_timing_gives_up(monkeypatch):
+    """Steps that take ``LONG`` seconds count whatever ran before them; when too few steps count
+    (other work between every two), the threads go back as they were at step ``GIVE_UP``."""
+    monkeypatch.setattr(threads, "GAP", 0.005)
+    monkeypatch.setattr(threads, "LONG", 0.015)
+    monkeypatch.setattr(threads, "GIVE_UP", 1 + 2 * threads.TRIALS)
+    for step_seconds, choice, timed in ((0.02, 1, threads.TRIALS), (0.002, 0, 0)):
+        blas = FakeBlas(4)
+        tuner = threads.BlasThreads(CPU, blas)
+        with tuner:
+            for _ in range(2 + 2 * threads.TRIALS):
+                time.sleep(0.02)  # other work
+                tuner.run(lambda: time.sleep(step_seconds * (1 if blas.num_threads == 1 else 2)))
+            assert tuner.choice == choice and blas.num_threads == (1 if choice else 4)
+        assert len(tuner.times[0]) == len(tuner.times[1]) == timed and blas.num_threads == 4
+
+
 @pytest.mark.parametrize("device, num_threads", [(GPU, 4), (CPU, 1)])
 def test_nothing_changes_off_cpu_or_with_one_thread(device, num_threads):
     blas = FakeBlas(num_threads)
