@@ -125,9 +125,13 @@ def block(result):
     return result
 
 
-def time_steps(steps, repeats, block_seconds=0.5, warmup=3, max_block=50):
+def time_steps(steps, repeats, block_seconds=0.5, warmup=3, max_block=50, pause=None):
     """Seconds per call of each function in ``steps``, in timed blocks that alternate between
-    the functions so that the machine's load drifts over all of them alike.
+    the functions so that the machine's load drifts over all of them alike, each block after a
+    pause: the threads of the block before (torch's OpenMP team, OpenBLAS's) spin on after their
+    work and slowed the next block's steps (a NumPyro step at M = 256 after GPyTorch's block: 25 ms
+    against 16 ms alone and 18 ms after a pause of 0.3 s; benchmarks/RESULTS.md, "steps: one BLAS
+    thread").
 
     Args:
         steps: ``{name: step}``, each a function of no arguments doing one step.
@@ -135,10 +139,12 @@ def time_steps(steps, repeats, block_seconds=0.5, warmup=3, max_block=50):
         block_seconds: aimed length of a block; its number of calls (1 to ``max_block``) is set
             per function from the last warm-up call.
         warmup: untimed calls first (compilation, allocator, caches); at least 1.
+        pause: seconds of sleep before each block (None: 0.3 s, none in a tiny run).
 
     Returns:
         ``{name: [seconds per call in each block]}`` (``repeats`` values each).
     """
+    pause = (0.0 if tiny() else 0.3) if pause is None else pause
     sizes = {}
     for name, step in steps.items():
         for _ in range(max(warmup, 1)):
@@ -149,6 +155,7 @@ def time_steps(steps, repeats, block_seconds=0.5, warmup=3, max_block=50):
     blocks = {name: [] for name in steps}
     for _ in range(repeats):
         for name, step in steps.items():
+            time.sleep(pause)
             start = time.perf_counter()
             for _ in range(sizes[name]):
                 result = step()
