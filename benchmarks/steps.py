@@ -13,7 +13,7 @@ function calls per step (``cProfile``, 5 steps) count the overhead whatever the 
 
 NumPyro's plain SVI path is timed in a second group, beside GPyTorch again (its ratio is to that
 GPyTorch), after the first group's runners are closed: while NumPyro's ``fit`` runs it may hold the
-BLAS library at one thread, a process-wide setting (:mod:`numpyro_sparsegp.threads`) that a user's
+BLAS library at one thread, a process-wide setting (:mod:`sparsegp_common.inference.threads`) that a user's
 own loop does not have, and switching it between the two JAX runners' blocks slowed the plain
 path's steps (23 against 15 ms at M = 256) beyond what either sees alone.
 """

@@ -11,11 +11,11 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.svi import SVIState
 
 from sparsegp_common.inference import row_updates
+from sparsegp_common.inference.threads import BlasThreads
 from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
 from . import captured
 from . import params as _params
-from .threads import BlasThreads
 
 __all__ = ["FitResult", "FitState", "fit"]
 
@@ -38,7 +38,8 @@ class _Trainer(Trainer):
             state = loss.with_initial_state(self.svi, state, *_batch(self.data, plan, 0))
         # committed to its device, as the updates' outputs are: otherwise the second step compiles again
         device = next(iter(jax.tree_util.tree_leaves(state)[0].devices()))
-        self.state, self.threads = jax.device_put(state, device), BlasThreads(device)
+        self.state = jax.device_put(state, device)
+        self.threads = BlasThreads(device.platform == "cpu", jax.block_until_ready)
         # by rows: the state's tables are updated in place (donated), so snapshots copy them
         self.donated = optim.by_rows
         step = self._rows_update if optim.by_rows else self._update

@@ -9,9 +9,13 @@ import pytest
 pytest.importorskip("numpyro")
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
-from numpyro_sparsegp import threads  # noqa: E402
+from sparsegp_common.inference import threads  # noqa: E402
 
-CPU, GPU = types.SimpleNamespace(platform="cpu"), types.SimpleNamespace(platform="gpu")
+CPU, GPU = True, False  # whether the steps run on a CPU
+
+
+def wait(out):
+    return out
 
 
 class FakeBlas:
@@ -56,7 +60,7 @@ def short_settle(monkeypatch):
 @pytest.mark.parametrize("one, default, choice", [(0.002, 0.02, 1), (0.02, 0.002, 0)])
 def test_the_faster_setting_is_kept_and_the_library_setting_restored(one, default, choice):
     blas = FakeBlas(4)
-    tuner = threads.BlasThreads(CPU, blas)
+    tuner = threads.BlasThreads(CPU, wait, blas)
     seen, held = run_steps(tuner, blas, {1: one, 4: default}, 40)
     assert tuner.choice == choice
     assert seen[0] == 4 and 1 in seen  # the compiling step as it was; then both settings timed
@@ -72,7 +76,7 @@ def test_steps_after_other_work_settle_before_they_are_timed(monkeypatch, pause,
     monkeypatch.setattr(threads, "SETTLE", 0.03)
     monkeypatch.setattr(threads, "GAP", 0.01)
     blas = FakeBlas(4)
-    tuner = threads.BlasThreads(CPU, blas)
+    tuner = threads.BlasThreads(CPU, wait, blas)
     with tuner:
         for i in range(7):
             time.sleep(pause if i % 2 == 1 else 0.0)
@@ -88,7 +92,7 @@ def test_long_steps_are_timed_after_pauses_and_an_unfinished_timing_gives_up(mon
     monkeypatch.setattr(threads, "GIVE_UP", 1 + 2 * threads.TRIALS)
     for step_seconds, choice, timed in ((0.02, 1, threads.TRIALS), (0.002, 0, 0)):
         blas = FakeBlas(4)
-        tuner = threads.BlasThreads(CPU, blas)
+        tuner = threads.BlasThreads(CPU, wait, blas)
         with tuner:
             for _ in range(2 + 2 * threads.TRIALS):
                 time.sleep(0.02)  # other work
@@ -100,7 +104,7 @@ def test_long_steps_are_timed_after_pauses_and_an_unfinished_timing_gives_up(mon
 @pytest.mark.parametrize("device, num_threads", [(GPU, 4), (CPU, 1)])
 def test_nothing_changes_off_cpu_or_with_one_thread(device, num_threads):
     blas = FakeBlas(num_threads)
-    tuner = threads.BlasThreads(device, blas)
+    tuner = threads.BlasThreads(device, wait, blas)
     seen, held = run_steps(tuner, blas, {1: 0.0, num_threads: 0.0}, 12)
     assert set(seen) == {num_threads} and held == num_threads
     assert tuner.times == ([], [])

@@ -1,4 +1,5 @@
-"""The BLAS threads of ``fit``'s steps on CPU, chosen by timing the first steps.
+"""The BLAS threads of ``fit``'s steps on CPU, chosen by timing the first steps (NumPyro's
+``fit`` holds it; torch's CPU linear algebra has no OpenBLAS team of its own to compete with).
 
 JAX's CPU programs run their factorisations and triangular solves through the BLAS/LAPACK library
 SciPy ships (OpenBLAS), whose worker threads compete for the cores with XLA's own threads, which
@@ -10,8 +11,6 @@ library's own setting is restored then (also when a ``fit.steps`` generator is c
 """
 import statistics
 import time
-
-import jax
 
 TRIALS = 3  # steps timed per setting
 SETTLE = 0.25  # seconds of steps untimed after a change: idle OpenBLAS threads spin for about 0.1 s
@@ -29,13 +28,14 @@ class BlasThreads:
     ``LONG`` seconds or more; with fewer than that by step ``GIVE_UP``, the threads stay as they were.
 
     Args:
-        device: where the steps run; anything but a CPU is left alone.
+        enabled: whether to choose (the steps run on a CPU); otherwise nothing changes.
+        wait: ``wait(out)`` returns ``out`` once its computation is done (``jax.block_until_ready``).
         controller: a ``threadpoolctl.ThreadpoolController`` (None: a new one, made when the timing
             starts, after JAX has loaded its BLAS).
     """
 
-    def __init__(self, device, controller=None):
-        self.enabled, self.controller = device.platform == "cpu", controller
+    def __init__(self, enabled, wait, controller=None):
+        self.enabled, self.wait, self.controller = enabled, wait, controller
         self.calls, self.times, self.limiter, self.choice = 0, ([], []), None, None
         self.since = self.last = None  # when the steps started running back to back; the last one ended
 
@@ -53,7 +53,7 @@ class BlasThreads:
         start = time.perf_counter()
         if self.last is not None and start - self.last > GAP:
             self.since = start
-        out = jax.block_until_ready(step())
+        out = self.wait(step())
         end = self.last = time.perf_counter()
         one, default = self.times
         timing = one if len(one) < TRIALS else default
