@@ -22,6 +22,10 @@ so and measures on the CPU (``--device cpu``, smaller sizes).
   fresh process: as it is, without XLA's GPU autotuning, with cuBLAS instead of Triton for the
   products, and with JAX's persistent compilation cache (a first process filling it, a second
   reading it), beside the step time each setting gives.
+* ``graphs`` (only when asked for): Pyro's captured ``fit`` step launched as one CUDA graph and
+  replayed operation by operation (:mod:`pyro_sparsegp.captured`), for the SVGP at the smallest
+  ``M``, the decoupled bases and HVGP, each in its own group beside GPyTorch's SVGP (the two
+  runners' parameters would share names in one group).
 
 Every row names the device. A case that fails (say a size that does not fit) is a row with its
 error, so one failure does not lose the rest of a short GPU lease.
@@ -39,7 +43,8 @@ from . import decoupled, harmonic, harness, runners
 from .steps import Floor
 
 DATASET = "kin40k"
-PARTS = ("steps", "memory", "startup")
+PARTS = ("steps", "memory", "startup", "graphs")
+DEFAULT_PARTS = PARTS[:3]  # graphs: only asked for (on a CPU it measures the same step twice)
 DBK_RANK = 128
 
 
@@ -97,7 +102,7 @@ def tables(rows):
     return out
 
 
-def run(quick, parts=PARTS):
+def run(quick, parts=DEFAULT_PARTS):
     if harness.DEVICE == "cpu" and not harness.tiny():
         print("gpu: no GPU asked for (--device cuda); measuring on the CPU at CPU sizes", flush=True)
     opts = settings(quick)
@@ -108,6 +113,8 @@ def run(quick, parts=PARTS):
         rows += memory_rows(opts)
     if "startup" in parts:
         rows += startup_rows(opts)
+    if "graphs" in parts:
+        rows += graph_rows(opts)
     return rows
 
 
@@ -149,6 +156,53 @@ def groups(opts):
     out.append(("QSGP", {f"QSGP ({backend})": (f"m = {m}", lambda X, y, batch, backend=backend: _QSGP(backend, X, y, m, batch))
                          for backend in ("Pyro", "NumPyro")}))
     return out
+
+
+def graph_groups(opts):
+    """``[(group name, cases)]`` as :func:`groups`: each Pyro model once with its CUDA graph and once
+    without."""
+    M = opts["svgp"][0]
+    (M_alpha, M_beta), M_ref = opts["decoupled"]
+    m, T = opts["hvgp"], 2**harmonic.NUM_WAYS
+    models = [("SVGP", "ours (Pyro)", _svgp("ours_pyro", M), M),
+              ("decoupled", decoupled.DecoupledPyro.name,
+               _method(decoupled.with_beta(decoupled.DecoupledPyro, M_beta), f"({M_alpha}, {M_beta})", M_alpha), M_ref),
+              ("HVGP", harmonic.HarmonicPyro.name, _method(harmonic.HarmonicPyro, f"{T} x {m}", m), m)]
+    out = []
+    for group, label, (size, factory), M_gpytorch in models:
+        for how, make in (("one CUDA graph", factory), ("operation by operation", _operation_by_operation(factory))):
+            cases = {label: (size, make), "GPyTorch": _svgp("gpytorch", M_gpytorch)}
+            if group == "SVGP":
+                cases["floor"] = (f"M = {M}", lambda X, y, batch: _Floor(X, harness.inducing_inputs(X, M), batch))
+            out.append((f"{group}, {how}", cases))
+    return out
+
+
+def graph_rows(opts):
+    problem = harness.regression_problem(DATASET)
+    X, y = problem["X_train"], problem["y_train"]
+    rows = []
+    for name, cases in graph_groups(opts):
+        rows += _time_group(name, {k: (size, lambda f=f: f(X, y, opts["batch"])) for k, (size, f) in cases.items()}, opts)
+    return rows
+
+
+def _operation_by_operation(factory):
+    """``factory``'s runner with its first step (where ``fit`` records its step) taken with the
+    CUDA graph switched off: its replays run operation by operation."""
+    def build(X, y, batch):
+        from pyro_sparsegp import captured
+
+        on_cuda = captured.CapturedStep._on_cuda
+        captured.CapturedStep._on_cuda = lambda self, replay, tensors: replay
+        try:
+            runner = factory(X, y, batch)
+            runner.step()
+        finally:
+            captured.CapturedStep._on_cuda = on_cuda
+        return runner
+
+    return build
 
 
 def dbk_group(opts):

@@ -9,7 +9,12 @@ their data (value checks read nothing back while a graph is recorded, see
 ``sparsegp_common.ops._torch.is_concrete``). A Cholesky factorisation is recorded without its
 jitter escalation and gives NaN where it fails; such a step reports ``None`` and ``fit`` runs it
 traced, which escalates (or raises with advice) as always.
+
+On a CUDA device the replay is itself recorded once more, as a CUDA graph: the step's few hundred
+kernels then cost one launch instead of a Python call and a launch each.
 """
+import warnings
+
 import pyro
 import torch
 from pyro import poutine
@@ -59,16 +64,28 @@ class CapturedStep:
 
     def __call__(self, batch):
         key = tuple(None if a is None else (tuple(a.shape), a.dtype, a.device) for a in batch)
+        tensors = [a for a in batch if a is not None]
         if key not in self.graphs:
             self.graphs[key] = self._record(batch)
-        graph, used = self.graphs[key]
-        tensors = [a for a in batch if a is not None]
-        with torch.no_grad():
-            loss, *grads = graph(*self.params, *tensors)
-        if not bool(torch.isfinite(torch.stack([loss, *(g.sum() for g in grads)])).all()):
+            if self.params[0].is_cuda:
+                self.graphs[key] = (self._on_cuda(self.graphs[key][0], tensors), self.graphs[key][1])
+        replay, used = self.graphs[key]
+        loss, grads, finite = replay(*self.params, *tensors)
+        if not bool(finite):
             return None
         it = iter(grads)
         return loss, [next(it) if u else None for u in used]
+
+    def _on_cuda(self, replay, tensors):
+        """``replay`` as a CUDA graph, or as it was where capturing fails (warned when asked for)."""
+        try:
+            return CudaGraph(replay, self.params, tensors)
+        except Exception as error:  # an operation that cannot be captured (say one reading back to the host)
+            if self.explicit:
+                warnings.warn(f"fit(compiled=True): the step could not be captured as a CUDA graph "
+                              f"({type(error).__name__}: {error}); replaying it kernel by kernel",
+                              RuntimeWarning, stacklevel=4)
+            return replay
 
     def _record(self, batch):
         positions = [i for i, a in enumerate(batch) if a is not None]
@@ -87,4 +104,101 @@ class CapturedStep:
         # the values were checked by fit; validation would read them back (and cannot while recording)
         with pyro.validation_enabled(False), torch.enable_grad():
             graph = make_fx(step, tracing_mode="real")(*self.params, *(batch[i] for i in positions))
-        return graph, used
+        return Replay(converted_once(graph)), used
+
+
+_FRESH = (torch.ops.aten.lift_fresh_copy.default, torch.ops.aten.clone.default)
+
+
+def converted_once(graph):
+    """``graph`` with each conversion of a recorded constant (``_to_copy``: another dtype or
+    device) done once, now. ``xp.asarray(numpy_array, device=...)`` is recorded as a host constant
+    and a copy to the device, which would otherwise run every step, synchronise with the host, and
+    keep the step out of a CUDA graph. The converted constant is still copied per step (on the
+    device), as the recording copied the original, in case an operation writes into it."""
+    nodes = graph.graph
+    for node in list(nodes.nodes):
+        if node.target is not torch.ops.aten._to_copy.default:
+            continue
+        chain = [node]
+        while chain[-1].args[0].op == "call_function" and chain[-1].args[0].target in _FRESH:
+            chain.append(chain[-1].args[0])
+        source = chain[-1].args[0]
+        if source.op != "get_attr":
+            continue
+        name = f"{source.target}_converted_{node.name}"
+        graph.register_buffer(name, torch.ops.aten._to_copy.default(getattr(graph, source.target), **node.kwargs),
+                              persistent=False)
+        with nodes.inserting_before(node):
+            fresh = nodes.call_function(torch.ops.aten.clone.default, (nodes.get_attr(name),))
+        node.replace_all_uses_with(fresh)
+        for unused in chain + [source]:  # the copies of the original, where nothing else reads them
+            if not unused.users:
+                nodes.erase_node(unused)
+    graph.recompile()
+    return graph
+
+
+class Replay:
+    """A recorded step run operation by operation: ``(loss, grads, finite)``, ``finite`` a boolean
+    tensor (read by the caller: one transfer)."""
+
+    def __init__(self, graph):
+        self.graph = graph
+
+    def __call__(self, *tensors):
+        with torch.no_grad():
+            loss, *grads = self.graph(*tensors)
+            finite = torch.isfinite(torch.stack([loss, *(g.sum() for g in grads)])).all()
+        return loss, grads, finite
+
+
+class CudaGraph:
+    """A :class:`Replay` captured as one CUDA graph (``torch.cuda.CUDAGraph``) and launched at once.
+
+    A graph reads and writes fixed addresses: the parameters are ``fit``'s own tensors (the
+    optimiser updates them in place), the batch is copied into buffers, and every call returns the
+    same output tensors, overwritten by the next call. The warm-up runs with CUDA's sync debug mode
+    set to raise, so that a step reading back to the host fails there rather than while capturing.
+    Warm-up and capture leave the CUDA generator where they found it: the replays draw what the
+    replay would have drawn."""
+
+    WARMUP = 2  # runs before capturing (cuBLAS and cuSOLVER set up their workspaces)
+
+    def __init__(self, replay, params, tensors):
+        self.params, self.buffers = list(params), [a.clone() for a in tensors]
+        device = self.params[0].device
+        generator = torch.cuda.default_generators[device.index]
+        rng, unused = generator.get_state(), generator.clone_state()
+        try:
+            self._warm_up(replay, device)
+            self.graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(self.graph):
+                    self.outputs = replay(*self.params, *self.buffers)
+            except BaseException:
+                generator.graphsafe_set_state(unused)  # a failed capture leaves the one it used marked as capturing
+                raise
+        finally:
+            generator.set_state(rng)
+
+    def _warm_up(self, replay, device):
+        side = torch.cuda.Stream(device)  # off the current stream, as capturing requires
+        side.wait_stream(torch.cuda.current_stream(device))
+        mode = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings():  # torch calls the mode a prototype that may miss some operations
+            warnings.simplefilter("ignore", UserWarning)
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            with torch.cuda.stream(side):
+                for _ in range(self.WARMUP):
+                    replay(*self.params, *self.buffers)
+        finally:
+            torch.cuda.set_sync_debug_mode(mode)
+        torch.cuda.current_stream(device).wait_stream(side)
+
+    def __call__(self, *tensors):
+        for buffer, a in zip(self.buffers, tensors[len(self.params):]):
+            buffer.copy_(a)
+        self.graph.replay()
+        return self.outputs

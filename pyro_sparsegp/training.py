@@ -138,7 +138,9 @@ fit = make_fit(
              "            ``Trace_ELBO``, when at least ``captured.MIN_STEPS = 200`` steps run; True: for any\n"
              "            model whose steps run the same tensor operations every time (no Python branches on\n"
              "            values; every guide site reparameterised); False: never. A replayed step that is\n"
-             "            not finite (a Cholesky factorisation needing more jitter) runs traced.",
+             "            not finite (a Cholesky factorisation needing more jitter) runs traced. On a CUDA\n"
+             "            device the replay is one CUDA graph launch per step where the step reads nothing\n"
+             "            back to the host.",
 )
 
 

@@ -18,12 +18,12 @@ from benchmarks import harness  # noqa: E402
 pytest.importorskip("gpytorch")
 
 
-def run_suite(suite, tmp_path):
+def run_suite(suite, tmp_path, *options):
     out = tmp_path / f"{suite}.jsonl"
     env = {**os.environ, "SPARSEGP_BENCH_TINY": "1", "PYTHONWARNINGS": "ignore"}
     env.pop("XLA_FLAGS", None)  # the harness sets its own thread flags
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", suite, "--quick", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks", suite, "--quick", "--out", str(out), *options],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -89,6 +89,24 @@ def test_startup_quick(tmp_path):
         assert len(row["runs"]) == row["repeats"] and all(r["first_step"] > 0 and r["export"] > 0 for r in row["runs"])
     for key in ("first_step", "export"):
         assert rows[2][key] == pytest.approx(rows[0][key] - rows[1][key])
+
+
+@pytest.mark.slow
+def test_gpu_graphs(tmp_path):
+    """Each Pyro model's captured step with and without its CUDA graph (the same step on a CPU),
+    each in its own group beside GPyTorch (and the SVGP's floor)."""
+    _, rows = run_suite("gpu", tmp_path, "--part", "graphs")
+    groups = {}
+    for row in rows:
+        assert "error" not in row and row["seconds"] > 0
+        groups.setdefault(row["group"], {})[row["implementation"]] = row
+    names = {"SVGP": "ours (Pyro)", "decoupled": "decoupled (Pyro)", "HVGP": "HVGP (Pyro)"}
+    assert set(groups) == {f"{model}, {how}" for model in names for how in ("one CUDA graph", "operation by operation")}
+    for group, cases in groups.items():
+        model = group.split(",")[0]
+        assert set(cases) == {names[model], "GPyTorch"} | ({"floor"} if model == "SVGP" else set())
+        ours = cases[names[model]]
+        assert ours["vs_gpytorch"] == pytest.approx(cases["GPyTorch"]["seconds"] / ours["seconds"])
 
 
 @pytest.mark.slow

@@ -68,6 +68,67 @@ def test_captured_steps_are_the_traced_steps(method, replays):
     assert replays == [True] * STEPS
 
 
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The number of CUDA graph launches so far (a list, one entry per launch)."""
+    seen = []
+    launch = captured.CudaGraph.__call__
+    monkeypatch.setattr(captured.CudaGraph, "__call__", lambda self, *t: seen.append(1) or launch(self, *t))
+    return seen
+
+
+def on_cuda(method):
+    def model(backend):
+        return build(backend.lib, lambda a: backend.array(a).cuda(), method)[:3]
+
+    return model
+
+
+@cuda
+@pytest.mark.parametrize("method", METHODS)
+def test_cuda_graph_steps_are_the_traced_steps(method, replays, launches):
+    """On a CUDA device every captured step is one CUDA graph launch, with the traced steps' draws
+    and values (two batch shapes: two graphs)."""
+    traced = pyro_fit(on_cuda(method), False, batch_size=BATCH)
+    assert_same_fit(pyro_fit(on_cuda(method), True, batch_size=BATCH), traced)
+    assert replays == [True] * STEPS and len(launches) == STEPS
+
+
+def reading_back(backend):
+    """An SVGP whose guide also factorises a matrix with ``torch.linalg.cholesky``, which reads its
+    error code back to the host: a step that cannot be one CUDA graph."""
+    model, guide, args = on_cuda("svgp")(backend)
+
+    def checked_guide(*a):
+        torch.linalg.cholesky(torch.eye(2, dtype=torch.float64, device="cuda"))
+        return guide(*a)
+
+    return model, checked_guide, args
+
+
+@cuda
+def test_a_step_reading_back_to_the_host_replays_kernel_by_kernel(replays, launches):
+    traced = pyro_fit(reading_back, False, batch_size=BATCH)
+    with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph"):
+        assert_same_fit(pyro_fit(reading_back, True, batch_size=BATCH), traced)
+    assert replays == [True] * STEPS and launches == []
+
+
+@cuda
+def test_a_failed_capture_leaves_the_generator_working(replays, launches, monkeypatch):
+    """Past the warm-up's check (switched off here) the read-back fails while capturing; the
+    steps are replayed kernel by kernel and later random draws work as before."""
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+    traced = pyro_fit(reading_back, False, batch_size=BATCH)
+    with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph"):
+        assert_same_fit(pyro_fit(reading_back, True, batch_size=BATCH), traced)
+    assert replays == [True] * STEPS and launches == []
+    assert_same_fit(pyro_fit(on_cuda("svgp"), True, batch_size=BATCH), pyro_fit(on_cuda("svgp"), False, batch_size=BATCH))
+
+
 def test_captured_steps_in_float32(replays):
     """What users run on GPUs: a float32 SVGP's captured steps are its traced steps."""
     from test_contract_methods import data
@@ -81,6 +142,37 @@ def test_captured_steps_in_float32(replays):
     captured_fit = pyro_fit(model, True, batch_size=BATCH)
     assert captured_fit[1]["gp.q_mu"].dtype == np.float32
     assert_same_fit(captured_fit, traced, rtol=1e-6)
+    assert replays == [True] * STEPS
+
+
+@pytest.mark.parametrize("method", ["bernoulli", "harmonic"])
+def test_recorded_constants_are_converted_once(method, replays):
+    """In float32 the quadrature nodes and the harmonic components' weights are NumPy float64
+    arrays made into float32 tensors every step, recorded as a constant and a conversion; the
+    replay converts each once (on a GPU the conversion is also the copy to the device, which
+    would synchronise every step), and its steps stay the traced ones."""
+    def model(backend):
+        return build(backend.lib, lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32), method)[:3]
+
+    backend = BACKENDS["pyro"]()
+    backend.reset()
+    model_, guide, args = model(backend)
+    with pyro.poutine.trace(param_only=True) as params:
+        pyro.infer.Trace_ELBO().differentiable_loss(model_, guide, *args)
+    values = [params.trace.nodes[n]["value"].unconstrained() for n in sorted(params.trace.nodes)]
+    graph = captured.CapturedStep(model_, guide, values, {})._record(args)[0].graph
+
+    def source(node):  # what a conversion converts, through the recording's copies
+        while node.op == "call_function" and node.target in captured._FRESH:
+            node = node.args[0]
+        return node
+
+    conversions = [n for n in graph.graph.nodes if n.target is torch.ops.aten._to_copy.default]
+    assert any(n.op == "get_attr" for n in graph.graph.nodes)
+    assert not [n for n in conversions if source(n.args[0]).op == "get_attr"]
+
+    traced = pyro_fit(model, False, batch_size=BATCH)
+    assert_same_fit(pyro_fit(model, True, batch_size=BATCH), traced, rtol=1e-6)
     assert replays == [True] * STEPS
 
 

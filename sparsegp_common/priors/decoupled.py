@@ -219,11 +219,11 @@ class DirectPosterior(DecoupledPosterior):
 
     @functools.cached_property
     def LH(self):
-        """Lower Cholesky factor of ``H = I + L^T K_beta L`` (``H >= I``, no jitter needed)."""
+        """Lower Cholesky factor of ``H = I + L^T K_beta L`` (``H >= I``: no jitter, no retries; the
+        library's factorisation, whose compiled and captured forms read nothing back to the host)."""
         xp, ops = namespace(self.L), backend(self.L)
         H = ops.precise_matmul(ops.precise_matmul(self.L.mT, self.kernel.K(self.Z_beta)), self.L)
-        H = H + xp.eye(H.shape[-1], dtype=H.dtype, device=device(H))
-        return xp.linalg.cholesky(H)
+        return cholesky(H + xp.eye(H.shape[-1], dtype=H.dtype, device=device(H)), jitter=0.0, max_tries=0)
 
     def covariance_kl(self):
         return covariance_kl(self.LH)
