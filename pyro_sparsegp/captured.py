@@ -81,6 +81,8 @@ class CapturedStep:
         try:
             return CudaGraph(replay, self.params, tensors)
         except Exception as error:  # an operation that cannot be captured (say one reading back to the host)
+            if isinstance(error, CaptureFailed):  # graphs of other shapes would draw from the generator's old state
+                self.graphs = {key: (getattr(step, "replay", step), used) for key, (step, used) in self.graphs.items()}
             if self.explicit:
                 warnings.warn(f"fit(compiled=True): the step could not be captured as a CUDA graph "
                               f"({type(error).__name__}: {error}); replaying it kernel by kernel",
@@ -153,6 +155,10 @@ class Replay:
         return loss, grads, finite
 
 
+class CaptureFailed(RuntimeError):
+    """Capturing a CUDA graph failed after its warm-up: the CUDA generator now holds a new state."""
+
+
 class CudaGraph:
     """A :class:`Replay` captured as one CUDA graph (``torch.cuda.CUDAGraph``) and launched at once.
 
@@ -167,18 +173,22 @@ class CudaGraph:
 
     def __init__(self, replay, params, tensors):
         self.params, self.buffers = list(params), [a.clone() for a in tensors]
-        device = self.params[0].device
+        self.device = device = self.params[0].device
         generator = torch.cuda.default_generators[device.index]
         rng, unused = generator.get_state(), generator.clone_state()
+        self.replay = replay
         try:
-            self._warm_up(replay, device)
-            self.graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(self.graph):
-                    self.outputs = replay(*self.params, *self.buffers)
-            except BaseException:
-                generator.graphsafe_set_state(unused)  # a failed capture leaves the one it used marked as capturing
-                raise
+            with torch.cuda.device(device):  # the parameters' device, whichever is current
+                self._warm_up(replay, device)
+                self.graph = torch.cuda.CUDAGraph()
+                try:
+                    with torch.cuda.graph(self.graph):
+                        self.outputs = replay(*self.params, *self.buffers)
+                except Exception as error:
+                    # the generator's state stays marked as capturing (every later draw would
+                    # raise): the generator takes a copy; graphs captured before hold the old one
+                    generator.graphsafe_set_state(unused)
+                    raise CaptureFailed(f"{type(error).__name__}: {error}") from error
         finally:
             generator.set_state(rng)
 
@@ -200,5 +210,6 @@ class CudaGraph:
     def __call__(self, *tensors):
         for buffer, a in zip(self.buffers, tensors[len(self.params):]):
             buffer.copy_(a)
-        self.graph.replay()
+        with torch.cuda.device(self.device):  # the graph's device, whichever is current
+            self.graph.replay()
         return self.outputs
