@@ -178,15 +178,6 @@ def graph_groups(opts):
     return out
 
 
-def graph_rows(opts):
-    problem = harness.regression_problem(DATASET)
-    X, y = problem["X_train"], problem["y_train"]
-    rows = []
-    for name, cases in graph_groups(opts):
-        rows += _time_group(name, {k: (size, lambda f=f: f(X, y, opts["batch"])) for k, (size, f) in cases.items()}, opts)
-    return rows
-
-
 def _operation_by_operation(factory):
     """``factory``'s runner with its first step (where ``fit`` records its step) taken with the
     CUDA graph switched off: its replays run operation by operation."""
@@ -214,12 +205,22 @@ def dbk_group(opts):
 
 
 def step_rows(opts):
+    rows = _time_groups(groups(opts), opts)
+    rows += _child(["dbk-steps", json.dumps(opts)], timeout=None, x64=True)  # float64: JAX's x64 mode
+    return rows
+
+
+def graph_rows(opts):
+    return _time_groups(graph_groups(opts), opts)
+
+
+def _time_groups(named, opts):
+    """:func:`_time_group` for each ``(name, cases)`` of :func:`groups`' kind, on kin40k."""
     problem = harness.regression_problem(DATASET)
     X, y = problem["X_train"], problem["y_train"]
     rows = []
-    for name, cases in groups(opts):
+    for name, cases in named:
         rows += _time_group(name, {k: (size, lambda f=f: f(X, y, opts["batch"])) for k, (size, f) in cases.items()}, opts)
-    rows += _child(["dbk-steps", json.dumps(opts)], timeout=None, x64=True)  # float64: JAX's x64 mode
     return rows
 
 
