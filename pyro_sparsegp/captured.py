@@ -66,9 +66,8 @@ class CapturedStep:
         key = tuple(None if a is None else (tuple(a.shape), a.dtype, a.device) for a in batch)
         tensors = [a for a in batch if a is not None]
         if key not in self.graphs:
-            self.graphs[key] = self._record(batch)
-            if self.params[0].is_cuda:
-                self.graphs[key] = (self._on_cuda(self.graphs[key][0], tensors), self.graphs[key][1])
+            replay, used = self._record(batch)
+            self.graphs[key] = (self._on_cuda(replay, tensors) if self.params[0].is_cuda else replay), used
         replay, used = self.graphs[key]
         loss, grads, finite = replay(*self.params, *tensors)
         if not bool(finite):
@@ -175,7 +174,7 @@ class CudaGraph:
         self.params, self.buffers = list(params), [a.clone() for a in tensors]
         self.device = device = self.params[0].device
         generator = torch.cuda.default_generators[device.index]
-        rng, unused = generator.get_state(), generator.clone_state()
+        rng, fresh = generator.get_state(), generator.clone_state()
         self.replay = replay
         try:
             with torch.cuda.device(device):  # the parameters' device, whichever is current
@@ -187,7 +186,7 @@ class CudaGraph:
                 except Exception as error:
                     # the generator's state stays marked as capturing (every later draw would
                     # raise): the generator takes a copy; graphs captured before hold the old one
-                    generator.graphsafe_set_state(unused)
+                    generator.graphsafe_set_state(fresh)
                     raise CaptureFailed(f"{type(error).__name__}: {error}") from error
         finally:
             generator.set_state(rng)
