@@ -40,6 +40,9 @@ def compiled(fn, *args):
         program = _programs[key] = jax.jit(lambda leaves: _with_check(fn(*_unflatten(spec, iter(leaves)))))
     if program is None:
         return fn(*args)
+    # jit keys its programs on whether each array is committed to its device as well: the same rows
+    # drawn with a committed key (fit's set-up) or not (the export's first run) would compile twice
+    leaves = [x if x.committed else jax.device_put(x, x.sharding) for x in leaves]
     try:
         out, finite = program(leaves)
     except _NEEDS_VALUES:  # code that reads values to decide (a user's class, say): eager, as before

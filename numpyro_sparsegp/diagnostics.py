@@ -1,6 +1,6 @@
 """ArviZ export (``to_inference_data``, written once in :mod:`sparsegp_common.inference.diagnostics`); NumPyro
-draws with its vectorised ``Predictive`` and ``log_likelihood``, one batch of a subsampling plate's
-rows at a time (the plate's indices substituted)."""
+draws through one compiled program per model and guide, vectorised over the draws, one batch of a
+subsampling plate's rows at a time (the plate's indices substituted)."""
 import functools
 
 import jax
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
-from numpyro.infer import Predictive, log_likelihood
+from numpyro.primitives import Messenger
 
 from sparsegp_common.features.nystrom import trace_floor
 from sparsegp_common.inference.diagnostics import Draws, full_data_draws, make_to_inference_data, plate_axis, site_dims, subsampling_plate
@@ -23,60 +23,76 @@ def _draw(model, guide, data, num_samples, seed, params, kwargs, parallel):
     key = jax.random.PRNGKey(seed)
     arrays, static = _split(data)
     sites = _sites(model, guide, data, arrays, static, kwargs, key, params or {})
-    params = {**sites.params, **(params or {})}  # every parameter an input of the programs
+    params = {**sites.params, **(params or {})}  # every parameter an input of the program
     plate = subsampling_plate(sites.plates)
     axes = {k: _axis(s, plate) for k, s in {**sites.latent, **sites.observed}.items()}
     dims = {k: _dims(k, s) for k, s in {**sites.latent, **sites.observed}.items()}
-    outside = tuple(k for k in sites.latent if axes[k] is None)
-    settings = (model, guide, num_samples, parallel, tuple(sorted(kwargs.items())), static, outside,
+    settings = (model, guide, num_samples, parallel, tuple(sorted(kwargs.items())), static, plate and plate[0],
                 tuple(sites.latent), tuple(sites.observed))
     try:
-        fixed_draws, batch_draws = _programs(*settings)
+        program = _program(*settings)
     except TypeError:  # settings that cannot be a key (an array among kwargs, say): compiled for this call
-        fixed_draws, batch_draws = _programs.__wrapped__(*settings)
+        program = _program.__wrapped__(*settings)
 
-    def draw(chunk, index, fixed):
+    def draw(chunk, index, fixed):  # fixed unused: the sites outside the plate draw alike in every batch
         index = {k: jnp.asarray(v) for k, v in index.items()}
-        if fixed is None:
-            fixed = fixed_draws(key, index, params, arrays) if outside else {}
-        values = jax.device_get(batch_draws(jax.random.fold_in(key, chunk), index, fixed, params, arrays))
-        return Draws(*({k: np.asarray(v) for k, v in group.items()} for group in values), dims, axes, fixed)
+        values = jax.device_get(program(key, chunk, index, params, arrays))
+        latent, log_lik, predictive, observed = ({k: np.asarray(v) for k, v in group.items()} for group in values)
+        return Draws(latent, log_lik, predictive, {k: v[0] for k, v in observed.items()}, dims, axes)
 
     return full_data_draws(draw, plate)
 
 
 @functools.lru_cache(maxsize=8)
-def _programs(model, guide, num_samples, parallel, kwargs, static, outside, latent, observed):
-    """Two compiled programs, not hundreds of eager operations: one draws the sites ``outside`` the
-    plate from the guide, the other everything else for a batch of rows given those draws. The
-    parameters, the data's arrays and the plate's rows are their inputs, so a later export of the
-    same model and guide (after more training, say) runs them again; anything else the functions
-    read is taken as it was when they were first compiled."""
+def _program(model, guide, num_samples, parallel, kwargs, static, plate, latent, observed):
+    """One compiled program, not hundreds of eager operations: for each draw, one trace of the
+    guide and one of the model replaying it (as Pyro's export: the predictive draws come from the
+    model's observation sites given that draw). The sites outside ``plate`` draw from keys that
+    do not depend on the batch of rows, so every batch sees the same values of them. The
+    parameters, the data's arrays and the plate's rows are inputs, so a later export of the same
+    model and guide (after more training, say) runs the program again; anything else the
+    functions read is taken as it was when it was first compiled."""
     kwargs = dict(kwargs)
 
     @jax.jit
-    def fixed_draws(key, index, params, arrays):
-        guide_ = handlers.substitute(guide, data={**params, **index})
-        samples = Predictive(guide_, num_samples=num_samples, return_sites=list(outside),
-                             parallel=parallel)(key, *_with_arrays(static, arrays), **kwargs)
-        return {k: samples[k] for k in outside}
-
-    @jax.jit
-    def batch_draws(key, index, fixed, params, arrays):
+    def draws(key, chunk, index, params, arrays):
         data = _with_arrays(static, arrays)
-        key_guide, key_predictive = jax.random.split(key)
-        m, g = (handlers.substitute(f, data={**params, **index}) for f in (model, guide))
-        samples = Predictive(g, posterior_samples=fixed or None, num_samples=None if fixed else num_samples,
-                             parallel=parallel)(key_guide, *data, **kwargs)
-        samples = {**fixed, **samples}
-        predictive = Predictive(handlers.uncondition(m), posterior_samples=samples, return_sites=list(observed),
-                                parallel=parallel)(key_predictive, *data, **kwargs) if observed else {}
-        log_lik = log_likelihood(m, samples, *data, parallel=parallel, **kwargs) if observed else {}
-        values = _traces(m, g, data, kwargs, key, {k: v[0] for k, v in samples.items()})[1]
-        return ({k: samples[k] for k in latent}, {k: log_lik[k] for k in observed},
-                {k: predictive[k] for k in observed}, {k: values[k]["value"] for k in observed})
+        model_, guide_ = (handlers.substitute(f, data={**params, **index}) for f in (model, guide))
 
-    return fixed_draws, batch_draws
+        def one(key):
+            shared, local = jax.random.split(key)
+            local = jax.random.fold_in(local, chunk)
+            guide_trace = handlers.trace(_Seeded(guide_, shared, local, plate)).get_trace(*data, **kwargs)
+            values = {k: s["value"] for k, s in guide_trace.items() if s["type"] == "sample"}
+            key_model, key_predictive = jax.random.split(jax.random.fold_in(local, 1))
+            model_trace = handlers.trace(handlers.seed(handlers.substitute(model_, data=values), key_model)
+                                         ).get_trace(*data, **kwargs)
+            obs = [model_trace[k] for k in observed]
+            return ({k: values[k] for k in latent},
+                    {k: s["fn"].log_prob(s["value"]) for k, s in zip(observed, obs)},
+                    {k: s["fn"].sample(jax.random.fold_in(key_predictive, i)) for i, (k, s) in enumerate(zip(observed, obs))},
+                    {k: s["value"] for k, s in zip(observed, obs)})
+
+        keys = jax.random.split(key, num_samples)
+        return jax.vmap(one)(keys) if parallel else jax.lax.map(one, keys)
+
+    return draws
+
+
+class _Seeded(Messenger):
+    """``handlers.seed`` with two streams of keys: sites inside ``plate`` (the subsampling plate)
+    draw from ``local`` (a batch of rows' own), the others from ``shared``."""
+
+    def __init__(self, fn, shared, local, plate):
+        super().__init__(fn)
+        self.keys, self.plate = {False: shared, True: local}, plate
+
+    def process_message(self, msg):
+        if (msg["type"] not in ("sample", "prng_key", "plate", "control_flow") or msg["value"] is not None
+                or msg["kwargs"].get("rng_key") is not None):
+            return
+        inside = any(f.name == self.plate for f in msg.get("cond_indep_stack", ()))
+        self.keys[inside], msg["kwargs"]["rng_key"] = jax.random.split(self.keys[inside])
 
 
 class _Sites:
@@ -96,17 +112,33 @@ class _Sites:
 
 
 def _sites(model, guide, data, arrays, static, kwargs, key, params):
-    # the guide runs once first: an autoguide sets itself up on its first call (from what it sees,
-    # which must not be a tracer); then both are traced abstractly (nothing runs)
-    handlers.seed(handlers.substitute(guide, data=params), key)(*data, **kwargs)
+    """The model's and guide's sites, traced abstractly (nothing runs). A guide that asks for a
+    key there (an autoguide does on its first call, to set itself up from what it sees, which must
+    not be a tracer) runs once eagerly first."""
     found = []
 
-    def find(key, params, arrays):
+    def find(key, params, arrays, guard):
         model_, guide_ = (handlers.substitute(f, data=params) for f in (model, guide))
-        found.append(_Sites(*_traces(model_, guide_, _with_arrays(static, arrays), kwargs, key)))
+        found.append(_Sites(*_traces(model_, guard(guide_), _with_arrays(static, arrays), kwargs, key)))
 
-    jax.eval_shape(find, key, params, arrays)
-    return found[0]
+    try:
+        jax.eval_shape(lambda *args: find(*args, _NoKeys), key, params, arrays)
+    except _AsksForKey:
+        handlers.seed(handlers.substitute(guide, data=params), key)(*data, **kwargs)
+        jax.eval_shape(lambda *args: find(*args, lambda fn: fn), key, params, arrays)
+    return found[-1]
+
+
+class _AsksForKey(Exception):
+    pass
+
+
+class _NoKeys(Messenger):
+    """Stops a guide that calls ``numpyro.prng_key()`` (before an autoguide changes anything)."""
+
+    def process_message(self, msg):
+        if msg["type"] == "prng_key":
+            raise _AsksForKey
 
 
 def _split(data):

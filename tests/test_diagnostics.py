@@ -190,6 +190,33 @@ def test_a_second_export_sees_further_training(backend, hierarchical):
     np.testing.assert_allclose(again.posterior["gp.u"].values, second.posterior["gp.u"].values)
 
 
+def test_numpyro_export_runs_a_set_up_guide_only_compiled():
+    """NumPyro traces the model and guide for their sites and then runs them compiled: a guide
+    whose autoguide is set up (by ``fit``) never runs op by op (each operation compiled on its
+    own), one that is not yet set up runs once eagerly first (its set-up needs values)."""
+    import jax
+    from backends import NumPyroBackend
+
+    backend = NumPyroBackend()
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, (ROWS, 1))
+    data = (backend.array(X), backend.array(rng.integers(0, GROUPS, ROWS), dtype=np.int64),
+            backend.array(rng.integers(0, 2, ROWS)))
+    for fitted in (True, False):
+        model, guide = backend.hierarchical_model(backend.svgp(X[:M].copy()), GROUPS, BATCH)
+        calls = []
+
+        def counted(X, g, y):
+            calls.append(not isinstance(X, jax.core.Tracer))  # True: run eagerly
+            guide(X, g, y)
+
+        result = backend.lib.fit(model, counted, data, num_steps=2, progress=False) if fitted else None
+        calls.clear()
+        idata = backend.lib.to_inference_data(model, counted, data, num_samples=4, num_chains=2, result=result)
+        assert idata.log_likelihood["y"].shape == (2, 2, ROWS)
+        assert calls.count(True) == (0 if fitted else 1) and calls.count(False) >= 2
+
+
 def test_both_backends_export_the_same_variables_and_dims():
     from backends import NumPyroBackend, PyroBackend
 

@@ -144,3 +144,27 @@ def test_building_a_whitened_svgp_computes_no_kuu(backend, monkeypatch):
     backend.set(batched, variance=np.ones(3))
     with pytest.raises(ValueError, match="Kuu has batch shape"):
         lib.SVGP(batched, backend.array(np.linspace(-1, 1, 5)[:, None]), num_latent=2)
+
+
+def test_numpyro_eager_formulas_compile_once_committed_or_not(caplog):
+    """An eager call of the library's formulas runs as one cached compiled program; arrays
+    committed to their device or not (rows drawn with a committed key in ``SVI.init``, with an
+    uncommitted one later) share it."""
+    import logging
+
+    import jax
+    import jax.numpy as jnp
+
+    from numpyro_sparsegp.compiled import compiled
+
+    def cross(a, b):
+        return a @ b.T + 1.0
+
+    free = jnp.ones((3, 2)) * 2.0
+    committed = jax.device_put(free, jax.devices()[0])
+    assert committed.committed and not free.committed
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        values = [compiled(cross, a, b) for a, b in ((free, free), (committed, committed), (free, committed))]
+    assert sum(r.getMessage().startswith("Compiling jit(<lambda>)") for r in caplog.records) == 1
+    for value in values:
+        np.testing.assert_allclose(np.asarray(value), 9.0)
