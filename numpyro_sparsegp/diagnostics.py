@@ -60,11 +60,10 @@ def _program(model, guide, num_samples, parallel, kwargs, static, plate, latent,
         model_, guide_ = (handlers.substitute(f, data={**params, **index}) for f in (model, guide))
 
         def one(key):
-            shared, local = jax.random.split(key)
-            local = jax.random.fold_in(local, chunk)
+            shared, batch = jax.random.split(key)
+            local, key_model, key_predictive = jax.random.split(jax.random.fold_in(batch, chunk), 3)
             guide_trace = handlers.trace(_Seeded(guide_, shared, local, plate)).get_trace(*data, **kwargs)
             values = {k: s["value"] for k, s in guide_trace.items() if s["type"] == "sample"}
-            key_model, key_predictive = jax.random.split(jax.random.fold_in(local, 1))
             model_trace = handlers.trace(handlers.seed(handlers.substitute(model_, data=values), key_model)
                                          ).get_trace(*data, **kwargs)
             obs = [model_trace[k] for k in observed]
