@@ -13,6 +13,7 @@ from numpyro.primitives import Messenger
 from sparsegp_common.features.nystrom import trace_floor
 from sparsegp_common.inference.diagnostics import Draws, full_data_draws, make_to_inference_data, plate_axis, site_dims, subsampling_plate
 
+from . import sites
 from .cox import CoxProcess
 from .models import GPModel
 
@@ -121,23 +122,11 @@ def _sites(model, guide, data, arrays, static, kwargs, key, params):
         found.append(_Sites(*_traces(model_, guard(guide_), _with_arrays(static, arrays), kwargs, key)))
 
     try:
-        jax.eval_shape(lambda *args: find(*args, _NoKeys), key, params, arrays)
-    except _AsksForKey:
+        jax.eval_shape(lambda *args: find(*args, sites.refusing_keys), key, params, arrays)
+    except sites.AsksForKey:
         handlers.seed(handlers.substitute(guide, data=params), key)(*data, **kwargs)
         jax.eval_shape(lambda *args: find(*args, lambda fn: fn), key, params, arrays)
     return found[-1]
-
-
-class _AsksForKey(Exception):
-    pass
-
-
-class _NoKeys(Messenger):
-    """Stops a guide that calls ``numpyro.prng_key()`` (before an autoguide changes anything)."""
-
-    def process_message(self, msg):
-        if msg["type"] == "prng_key":
-            raise _AsksForKey
 
 
 def _split(data):

@@ -4,7 +4,7 @@ import contextlib
 
 import numpyro
 from numpyro import handlers
-from numpyro.primitives import _PYRO_STACK
+from numpyro.primitives import _PYRO_STACK, Messenger
 
 from .compiled import compiled  # noqa: F401 (eager formulas as one program)
 
@@ -47,3 +47,17 @@ def key(key):
 def draw(distribution, key):
     """One draw from a distribution of this PPL (``key`` from :func:`key`)."""
     return distribution.sample(key)
+
+
+class AsksForKey(Exception):
+    """Raised by :func:`refusing_keys`."""
+
+
+class refusing_keys(Messenger):
+    """Runs ``fn`` but raises :class:`AsksForKey` where it calls ``numpyro.prng_key()``: an
+    autoguide does so first thing on its first call, to set itself up from values (which a traced
+    run does not have), before it changes anything."""
+
+    def process_message(self, msg):
+        if msg["type"] == "prng_key":
+            raise AsksForKey

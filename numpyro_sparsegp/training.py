@@ -14,7 +14,7 @@ from sparsegp_common.inference import row_updates
 from sparsegp_common.inference.threads import BlasThreads
 from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
-from . import captured
+from . import captured, sites
 from . import params as _params
 
 __all__ = ["FitResult", "FitState", "fit"]
@@ -33,7 +33,7 @@ class _Trainer(Trainer):
                          getattr(loss, "check_optimiser", lambda *_: None), _tables(loss, model))
         self.svi = SVI(model, guide, optim, loss or Trace_ELBO())
         with _binds() as self.bound:  # the library objects the model and guide read their parameters through
-            state = self.svi.init(jax.random.PRNGKey(seed), *_batch(self.data, plan, 0), **kwargs)
+            state = _init(self.svi, jax.random.PRNGKey(seed), _batch(self.data, plan, 0), kwargs)
         if hasattr(loss, "with_initial_state"):  # a loss with state between steps: SVI's mutable state
             state = loss.with_initial_state(self.svi, state, *_batch(self.data, plan, 0))
         # committed to its device, as the updates' outputs are: otherwise the second step compiles again
@@ -114,6 +114,22 @@ fit = make_fit(
              "            program (None or True; False is refused: to step through it eagerly, call ``fit``\n"
              "            inside ``with jax.disable_jit():``).",
 )
+
+
+def _init(svi, key, batch, kwargs):
+    """``svi.init`` as one compiled program: run eagerly, each of its operations (and each of the
+    library's formulas) compiles on its own, seconds before the first step. Eagerly where the guide
+    asks for a key while traced (an autoguide that sets itself up on its first call)."""
+    guarded = SVI(svi.model, sites.refusing_keys(svi.guide), svi.optim, svi.loss)
+    try:
+        state = jax.jit(lambda key, batch: guarded.init(key, *batch, **kwargs))(key, batch)
+    except sites.AsksForKey:
+        return svi.init(key, *batch, **kwargs)
+    transforms = guarded.constrain_fn.args  # the parameters' constraints, as SVI.init keeps them
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(transforms)):
+        return svi.init(key, *batch, **kwargs)  # a constraint computed from the traced batch
+    svi.constrain_fn = guarded.constrain_fn
+    return state
 
 
 @contextlib.contextmanager

@@ -427,3 +427,46 @@ def test_numpyro_fit_compiles_its_step_once(monkeypatch):
     monkeypatch.setattr(training._Trainer, "step", lambda self, i: (step(self, i), sizes.append(self.update._cache_size()))[0])
     backend.lib.fit(model.model, model.guide, (X, y), num_steps=4, batch_size=20, progress=False)
     assert sizes == [1, 1, 1, 1]
+
+
+def test_numpyro_fit_sets_up_svi_compiled():
+    """``SVI.init`` runs as one compiled program (the model and guide traced, nothing run
+    operation by operation, the same initial state) unless the guide asks for a key while traced:
+    an autoguide setting itself up then runs once eagerly, as before."""
+    import jax
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro_sparsegp import training
+
+    from backends import NumPyroBackend
+
+    backend = NumPyroBackend()
+    model, X, y = problem(backend, num_data=N)
+    calls = []
+
+    def counted(X, y):
+        calls.append(not isinstance(X, jax.core.Tracer))  # True: run eagerly
+        model.guide(X, y)
+
+    backend.lib.fit(model.model, counted, (X, y), num_steps=2, batch_size=20, progress=False)
+    assert calls.count(True) == 0 and calls.count(False) >= 2
+    model, X, y = problem(backend, num_data=N)
+    svis = [SVI(model.model, model.guide, backend.ppl.optim.Adam(0.01), Trace_ELBO()) for _ in range(2)]
+    key, batch = jax.random.PRNGKey(0), (X[:20], y[:20])
+    states = training._init(svis[0], key, batch, {}), svis[1].init(key, *batch)
+    compiled, eager = (svi.get_params(state) for svi, state in zip(svis, states))
+    assert set(compiled) == set(eager)
+    for name in eager:
+        np.testing.assert_allclose(np.asarray(compiled[name]), np.asarray(eager[name]), rtol=1e-12, err_msg=name)
+
+    rng = np.random.default_rng(3)
+    Xh = rng.uniform(-2, 2, (70, 1))
+    data = (backend.array(Xh), backend.array(rng.integers(0, 5, 70), dtype=np.int64), backend.array(rng.integers(0, 2, 70)))
+    user_model, user_guide = backend.hierarchical_model(backend.svgp(Xh[:8].copy()), 5, 16)
+    calls.clear()
+
+    def counted_user(X, g, y):
+        calls.append(not isinstance(X, jax.core.Tracer))
+        user_guide(X, g, y)
+
+    backend.lib.fit(user_model, counted_user, data, num_steps=2, progress=False)
+    assert calls.count(True) == 1  # the autoguide's set-up, in SVI.init
