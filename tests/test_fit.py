@@ -470,3 +470,28 @@ def test_numpyro_fit_sets_up_svi_compiled():
 
     backend.lib.fit(user_model, counted_user, data, num_steps=2, progress=False)
     assert calls.count(True) == 1  # the autoguide's set-up, in SVI.init
+
+
+def test_numpyro_fit_sets_up_eagerly_where_a_constraint_reads_the_batch():
+    """A parameter whose constraint is computed from the data cannot keep a compiled
+    ``SVI.init``'s constraints (they would be the trace's): ``fit`` then sets up eagerly."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.distributions import constraints
+
+    y = jnp.asarray(np.random.default_rng(0).normal(3.0, 1.0, 50))
+
+    def model(y):
+        loc = numpyro.sample("loc", dist.Normal(0.0, 10.0))
+        numpyro.sample("y", dist.Normal(loc, 1.0), obs=y)
+
+    def guide(y):
+        floor = jnp.min(y) - 1.0
+        centre = numpyro.param("centre", floor + 1.0, constraint=constraints.greater_than(floor))
+        numpyro.sample("loc", dist.Normal(centre, 0.1))
+
+    from numpyro_sparsegp import fit
+
+    result = fit(model, guide, (y,), num_steps=20, lr=0.05, progress=False)
+    assert np.isfinite(result.losses).all() and float(result.params["centre"]) > float(jnp.min(y)) - 1.0
