@@ -56,6 +56,37 @@ except ModuleNotFoundError:  # the newest-versions tier (.ci/newest) installs th
     pyro = torch = None
 
 
+LEGACY_EMITTERS = "xla_cpu_use_fusion_emitters"
+
+
+def legacy_emitters_where_unoptimised():
+    """Wherever most of XLA's optimisations are off (the suite's default), XLA:CPU's older
+    elemental emitters too: about a third less compilation (``tests/test_qsgp_rows.py`` 96 to 65 s
+    alone), the same HLO. The float32 tests keep compiling as users' programs do. Newer jaxlibs lack
+    the option (0.12: "No such compile option"); nothing changes there. Returns whether it applies."""
+    from jax._src import compiler
+
+    try:
+        jax.jit(lambda x: x + 1).lower(1.0).compile(compiler_options={LEGACY_EMITTERS: False})
+    except Exception:  # noqa: BLE001 (XLA's error type moves between versions)
+        return False
+    if legacy_emitters_where_unoptimised.applied:
+        return True
+    original = compiler.get_compile_options
+
+    def get_compile_options(*args, env_options_overrides=None, **kwargs):
+        if jax.config.values["jax_disable_most_optimizations"]:
+            env_options_overrides = {LEGACY_EMITTERS: False, **(env_options_overrides or {})}
+        return original(*args, env_options_overrides=env_options_overrides, **kwargs)
+
+    compiler.get_compile_options = get_compile_options
+    legacy_emitters_where_unoptimised.applied = True
+    return True
+
+
+legacy_emitters_where_unoptimised.applied = False
+
+
 @contextlib.contextmanager
 def xla_optimisations(enabled):
     """JAX programs compiled inside with all of XLA's optimisations (``enabled``: as users run, for
