@@ -61,17 +61,17 @@ LEGACY_EMITTERS = "xla_cpu_use_fusion_emitters"
 
 def legacy_emitters_where_unoptimised():
     """Wherever most of XLA's optimisations are off (the suite's default), XLA:CPU's older
-    elemental emitters too: about a third less compilation (``tests/test_qsgp_rows.py`` 96 to 65 s
+    elemental emitters too: about a third less compilation (``tests/test_qsgp_rows.py`` 96 to 70 s
     alone), the same HLO. The float32 tests keep compiling as users' programs do. Newer jaxlibs lack
     the option (0.12: "No such compile option"); nothing changes there. Returns whether it applies."""
     from jax._src import compiler
 
+    if legacy_emitters_where_unoptimised.applied:
+        return True
     try:
         jax.jit(lambda x: x + 1).lower(1.0).compile(compiler_options={LEGACY_EMITTERS: False})
     except Exception:  # noqa: BLE001 (XLA's error type moves between versions)
         return False
-    if legacy_emitters_where_unoptimised.applied:
-        return True
     original = compiler.get_compile_options
 
     def get_compile_options(*args, env_options_overrides=None, **kwargs):

@@ -33,12 +33,12 @@ import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-from backends import BACKENDS, legacy_emitters_where_unoptimised, xla_optimisations  # noqa: E402
+from backends import BACKENDS, LEGACY_EMITTERS, legacy_emitters_where_unoptimised, xla_optimisations  # noqa: E402
 
 if legacy_emitters_where_unoptimised():
     # the tutorials and benchmarks run as subprocesses compile everything unoptimised: the same
     # emitters through their environment (this process read XLA_FLAGS in the probe's compilation)
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_use_fusion_emitters=false".strip()
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{LEGACY_EMITTERS}=false".strip()
 
 
 @pytest.fixture(autouse=True)
