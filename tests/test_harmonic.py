@@ -133,6 +133,79 @@ def test_axis_flips_with_ard_lengthscales(backend, rng, name):
                                np.stack([KUf[b] for b in blocks]), rtol=1e-10, atol=1e-13)
 
 
+def _flip_cases():
+    """name -> (transformation, maps, D) for the squared exponential's closed form: the groups of
+    sign flips above, and a way that flips one of three principal directions (a remainder r)."""
+    basis = np.linalg.qr(np.random.default_rng(8).normal(size=(3, 3)))[0]
+    center = np.array([0.2, 0.0, -0.3])
+    partial = (core.Reflections([[1]], basis, center),
+               [lambda x, s=s: center + (x - center) @ basis @ np.diag([1, (-1) ** s, 1]) @ basis.T for s in range(2)], 3)
+    return {**{name: GROUPS[name] for name in ("negation", "axes", "pca")}, "pca_partial": partial}
+
+
+@pytest.mark.parametrize("name", sorted(_flip_cases()))
+def test_squared_exponential_under_sign_flips_in_closed_form(backend, rng, name):
+    """Under sign flips (Negation, Reflections) the squared exponential's components are a product
+    of cosh and sinh of the ways' inner products: Kuu and Kuf are the orbit's covariances, also with
+    an inducing input and a data point at the centre (every way's inner product zero, where sinh's
+    derivative is 1), and their gradients with respect to Z and X are the orbit sum's."""
+    transformation, maps, D = _flip_cases()[name]
+    T, m, lib = transformation.num_components, 3, backend.lib
+    X, Z = rng.normal(size=(9, D)), rng.normal(size=(T, m, D))
+    Z[:, 0], X[0] = transformation.center, transformation.center
+    lengthscale = rng.uniform(0.5, 2.0, size=D) if transformation.keeps_axes else [1.3]
+    KUU, KUf = ref.harmonic_covariances(lambda A, B: ref.kernel("rbf", A, B, lengthscale, 0.8), maps,
+                                        transformation.weights(), Z, X)
+    gp = backend.bound(lib.SVGP(backend.kernel("rbf", lengthscale, 0.8), lib.HarmonicFeatures(backend.array(Z), transformation)))
+    assert core._sign_flips(transformation, gp.kernel, D) is not None  # the closed form is what is tested
+    blocks = [slice(t * m, (t + 1) * m) for t in range(T)]
+    np.testing.assert_allclose(backend.numpy(lib.Kuu(gp.features, gp.kernel)), np.stack([KUU[b, b] for b in blocks]),
+                               rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(backend.numpy(lib.Kuf(gp.features, gp.kernel, backend.array(X))),
+                               np.stack([KUf[b] for b in blocks]), rtol=1e-10, atol=1e-13)
+
+    weights = [backend.array(rng.normal(size=shape)) for shape in ((T, m, m), (T, m, len(X)))]
+    flips = core._sign_flips(transformation, gp.kernel, D)
+
+    def closed(Z, X):
+        return sum((w * core._flip_products(flips, transformation.center, gp.kernel, Z, x)).sum()
+                   for w, x in zip(weights, (None, X)))
+
+    def orbit(Z, X):
+        return sum((w * core._orbit_sum(transformation, core._orbit_kernel(transformation, gp.kernel, Z, x), True)).sum()
+                   for w, x in zip(weights, (None, X)))
+
+    for ours, theirs in zip(backend.grad(closed, Z, X), backend.grad(orbit, Z, X)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("variance", [1e-6, 1.0, 1e6])
+def test_float32_closed_form_at_the_edges(backend, variance):
+    """float32 Kuu and Kuf of the closed form against float64: coincident inputs, inputs at the
+    centre, and inputs 10 to 40 lengthscales from it (the orbit's exponentials underflow; nothing
+    overflows or turns NaN). Each entry within 1e-5 of the variance plus the inner-product
+    expansion's round-off (a few float32 ulps of the pair's squared norms, as for the library's
+    squared exponential itself); Kuu's diagonal, the components' variances, to float32 precision."""
+    transformation = core.Reflections.along_axes([[0], [1, 2]])
+    Z = np.array([[0.0, 0.0, 0.0], [0.3, -0.2, 0.1], [0.3, -0.2, 0.1], [3.0, -2.0, 1.0], [12.0, -8.0, 4.0]])
+    X = np.concatenate([Z, [[-12.0, 8.0, -4.0], [0.1, 0.0, -0.1]]])
+    out = {}
+    for dtype in (np.float32, np.float64):
+        kernel = backend.bound(backend.lib.SquaredExponential(lengthscale=backend.array([0.3, 0.3, 0.3], dtype),
+                                                               variance=backend.array(variance, dtype)))
+        flips = core._sign_flips(transformation, kernel, 3)
+        out[dtype] = [backend.numpy(core._flip_products(flips, transformation.center, kernel, backend.array(Z, dtype),
+                                                        None if x is None else backend.array(x, dtype)))
+                      for x in (None, X)]
+    norms = [np.sum((A / 0.3) ** 2, axis=-1) for A in (Z, X)]
+    for low, high, x2 in zip(out[np.float32], out[np.float64], norms):
+        assert low.dtype == np.float32 and np.isfinite(low).all()
+        bound = variance * (1e-5 + 4 * np.finfo(np.float32).eps * (norms[0][:, None] + x2[None, :]))
+        assert (np.abs(low - high) <= bound).all(), np.abs(low - high).max() / variance
+    np.testing.assert_allclose(np.diagonal(out[np.float32][0], axis1=1, axis2=2),
+                               np.diagonal(out[np.float64][0], axis1=1, axis2=2), rtol=1e-6, atol=0)
+
+
 def test_components_sum_to_the_kernel(backend, rng):
     """With one set of inputs for every component, ``sum_t k_t(Z, X) = k(Z, X)`` and
     ``sum_t k_t(Z, Z) = k(Z, Z)``, for every group."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from sparsegp_common.features import Features, Kuf, Kuu, component_variances
 from sparsegp_common.features.nystrom import trace_error
-from sparsegp_common.kernels import Kernel, Product, Stationary, Sum, squared_distances
+from sparsegp_common.kernels import Kernel, Product, SquaredExponential, Stationary, Sum, squared_distances
 from sparsegp_common.ops import backend, device, namespace
 
 __all__ = [  # what the backends re-export (HarmonicFeatures adapted)
@@ -361,8 +361,65 @@ class HarmonicFeatures(Features):
 
     def orbit_sum(self, kernel, X=None):
         """``sum_s W[:, s] k(G^s Z, X)`` (``X`` None: ``Z``): ``(T, m, N)``."""
+        flips = _sign_flips(self.transformation, kernel, self.Z.shape[-1])
+        if flips is not None:
+            return _flip_products(flips, self.transformation.center, kernel, self.Z, X)
         return _orbit_sum(self.transformation, _orbit_kernel(self.transformation, kernel, self.Z, X),
                           has_component_axis=not self.shared)
+
+
+def _sign_flips(transformation, kernel, input_dim):
+    """``(subsets, basis)`` where the orbit sum has :func:`_flip_products`' closed form: a squared
+    exponential (one variance) under sign flips of directions (:class:`Negation`,
+    :class:`Reflections`); otherwise None."""
+    if not (isinstance(kernel, SquaredExponential) and kernel.lengthscale.ndim == 1 and kernel.variance.ndim == 0):
+        return None
+    if isinstance(transformation, Negation):
+        return [list(range(input_dim))], None
+    if isinstance(transformation, Reflections):
+        return transformation.subsets, transformation.basis
+    return None
+
+
+def _flip_products(flips, center, kernel, Z, X=None):
+    """The components of a squared exponential under J ways of sign flips, in closed form:
+    ``(T, m, N)`` (``X`` None: ``Z``; ``Z`` with or without the component axis).
+
+    With ``c_j`` the inner product of the scaled, centred inputs over way j's directions and
+    ``r`` the rest, ``k(G^s z, x) = v exp(-(|z|^2 + |x|^2) / 2 + r + sum_j sigma_j c_j)`` for the
+    signs ``sigma_j`` of ``s``, so the weights' sum factorises over the ways:
+    ``k_t(z, x) = v exp(-(|z|^2 + |x|^2) / 2 + r) prod_j (cosh c_j, or sinh c_j where the component
+    is odd in way j)``: J products of the inputs and ``2 J + 1`` exponentials per entry, where the
+    orbit takes ``2^J`` kernel matrices. Each factor is written as ``e^{|c|} (e^{c - |c|} +- e^{-c - |c|}) / 2``
+    with the ``e^{|c|}`` moved into the one exponent, which is then minus half the smallest squared
+    distance over the orbit: nothing overflows, and the derivative at ``c = 0`` is exact."""
+    subsets, basis = flips
+    xp = namespace(Z) if X is None else namespace(Z, X)
+    kernel._check_dimension(Z.shape[-1])
+    matmul = backend(Z).precise_matmul
+    Zs = (Z - _like(center, Z)) / kernel.lengthscale
+    Ys = Zs if X is None else (X - _like(center, Z)) / kernel.lengthscale
+    exponent = -(xp.sum(Zs**2, axis=-1)[..., :, None] + xp.sum(Ys**2, axis=-1)[..., None, :]) / 2
+    num_flipped = sum(len(subset) for subset in subsets)
+    if num_flipped < Zs.shape[-1]:  # directions no way flips: the remainder r, the whole product less the ways'
+        exponent = exponent + matmul(Zs, Ys.mT)
+    if basis is not None:
+        Zs, Ys = Zs @ _like(basis, Zs), Ys @ _like(basis, Ys)
+    odd = np.array(list(itertools.product((False, True), repeat=len(subsets))))  # (T, J): the rows of weights()
+    product = None
+    for j, subset in enumerate(subsets):
+        way = np.zeros(Zs.shape[-1])
+        way[subset] = 1.0
+        c = matmul(Zs * _like(way, Zs), Ys.mT)  # a mask rather than a gather: XLA's gather is slow here
+        size = xp.abs(c)
+        exponent = exponent + size - c if num_flipped < Z.shape[-1] else exponent + size
+        sign = _like(np.where(odd[:, j], -1.0, 1.0).reshape(-1, 1, 1), c)
+        factor = xp.exp(c - size) + sign * xp.exp(-c - size)
+        product = factor if product is None else product * factor
+    if X is None:  # k_t(z, z): the exponent is exactly 0 (what the expansion leaves is round-off)
+        exponent = exponent * (1 - xp.eye(Z.shape[-2], dtype=Z.dtype, device=device(Z)))
+    scale = kernel.variance / 2 ** len(subsets)
+    return scale * xp.exp(xp.clip(exponent, max=0.0)) * product
 
 
 def _orbit_kernel(transformation, kernel, Z, X=None):
