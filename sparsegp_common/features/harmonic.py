@@ -331,8 +331,10 @@ class HarmonicFeatures(Features):
 
     ``Kuu`` is ``(T, m, m)``, block t being ``k_t(Z_t, Z_t)``; ``Kuf`` is ``(T, m, N)``,
     ``k_t(Z_t, X)``, summed over the T~ group elements as it goes (memory ``O(T m N)``, not
-    ``O(T T~ m N)``). Give them to :class:`~sparsegp_common.priors.svgp.SVGP` for the paper's
-    HVGP: one q block per component (full or ``diagonal``), ``O(T m^3)`` per step.
+    ``O(T T~ m N)``), or for a squared exponential under :class:`Negation` or :class:`Reflections`
+    in closed form (a product of ``cosh`` and ``sinh`` over the ways). Give them to
+    :class:`~sparsegp_common.priors.svgp.SVGP` for the paper's HVGP: one q block per component
+    (full or ``diagonal``), ``O(T m^3)`` per step.
 
     Args:
         Z: initial inducing inputs, ``(m, D)`` (copied to every component) or ``(T, m, D)``.
