@@ -402,8 +402,8 @@ def _flip_products(flips, center, kernel, Z, X=None):
     Zs = (Z - _like(center, Z)) / kernel.lengthscale
     Ys = Zs if X is None else (X - _like(center, Z)) / kernel.lengthscale
     exponent = -(xp.sum(Zs**2, axis=-1)[..., :, None] + xp.sum(Ys**2, axis=-1)[..., None, :]) / 2
-    num_flipped = sum(len(subset) for subset in subsets)
-    if num_flipped < Zs.shape[-1]:  # directions no way flips: the remainder r, the whole product less the ways'
+    rest = sum(len(subset) for subset in subsets) < Z.shape[-1]  # directions that no way flips
+    if rest:  # r: the whole inner product, less each way's below
         exponent = exponent + matmul(Zs, Ys.mT)
     if basis is not None:
         Zs, Ys = Zs @ _like(basis, Zs), Ys @ _like(basis, Ys)
@@ -414,7 +414,7 @@ def _flip_products(flips, center, kernel, Z, X=None):
         way[subset] = 1.0
         c = matmul(Zs * _like(way, Zs), Ys.mT)  # a mask rather than a gather: XLA's gather is slow here
         size = xp.abs(c)
-        exponent = exponent + size - c if num_flipped < Z.shape[-1] else exponent + size
+        exponent = exponent + size - c if rest else exponent + size
         sign = _like(np.where(odd[:, j], -1.0, 1.0).reshape(-1, 1, 1), c)
         factor = xp.exp(c - size) + sign * xp.exp(-c - size)
         product = factor if product is None else product * factor
