@@ -179,31 +179,55 @@ def test_squared_exponential_under_sign_flips_in_closed_form(backend, rng, name)
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("variance", [1e-6, 1.0, 1e6])
-def test_float32_closed_form_at_the_edges(backend, variance):
-    """float32 Kuu and Kuf of the closed form against float64: coincident inputs, inputs at the
-    centre, and inputs 10 to 40 lengthscales from it (the orbit's exponentials underflow; nothing
-    overflows or turns NaN). Each entry within 1e-5 of the variance plus the inner-product
-    expansion's round-off (a few float32 ulps of the pair's squared norms, as for the library's
-    squared exponential itself); Kuu's diagonal, the components' variances, to float32 precision."""
+def _closed_form_edges(backend, variance, dtype, compiled):
+    """Kuu and Kuf of the closed form at the edges, and the gradients of ``sum(W * K)`` with respect
+    to Z and X (eager, or under ``jax.jit``)."""
     transformation = core.Reflections.along_axes([[0], [1, 2]])
     Z = np.array([[0.0, 0.0, 0.0], [0.3, -0.2, 0.1], [0.3, -0.2, 0.1], [3.0, -2.0, 1.0], [12.0, -8.0, 4.0]])
     X = np.concatenate([Z, [[-12.0, 8.0, -4.0], [0.1, 0.0, -0.1]]])
-    out = {}
-    for dtype in (np.float32, np.float64):
-        kernel = backend.bound(backend.lib.SquaredExponential(lengthscale=backend.array([0.3, 0.3, 0.3], dtype),
-                                                               variance=backend.array(variance, dtype)))
-        flips = core._sign_flips(transformation, kernel, 3)
-        out[dtype] = [backend.numpy(core._flip_products(flips, transformation.center, kernel, backend.array(Z, dtype),
-                                                        None if x is None else backend.array(x, dtype)))
-                      for x in (None, X)]
+    kernel = backend.bound(backend.lib.SquaredExponential(lengthscale=backend.array([0.3, 0.3, 0.3], dtype),
+                                                           variance=backend.array(variance, dtype)))
+    flips = core._sign_flips(transformation, kernel, 3)
+    weights = [backend.array(np.random.default_rng(3).normal(size=(4, len(Z), n)), dtype) for n in (len(Z), len(X))]
+
+    def matrices(Z, X):
+        return [core._flip_products(flips, transformation.center, kernel, Z, x) for x in (None, X)]
+
+    def total(Z, X):
+        return sum((w * K).sum() for w, K in zip(weights, matrices(Z, X)))
+
+    Za, Xa = backend.array(Z, dtype), backend.array(X, dtype)
+    if compiled:
+        import jax
+
+        values, grads = jax.jit(matrices)(Za, Xa), jax.jit(jax.grad(total, argnums=(0, 1)))(Za, Xa)
+    else:
+        values, grads = matrices(Za, Xa), backend.grad(total, Za, Xa)
     norms = [np.sum((A / 0.3) ** 2, axis=-1) for A in (Z, X)]
-    for low, high, x2 in zip(out[np.float32], out[np.float64], norms):
+    return [backend.numpy(v) for v in values], [np.asarray(g) for g in grads], norms
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("variance", [1e-6, 1.0, 1e6])
+def test_float32_closed_form_at_the_edges(backend, variance, compiled):
+    """float32 Kuu and Kuf of the closed form against float64 (eager, and under ``jax.jit``):
+    coincident inputs, inputs at the centre, and inputs 10 to 40 lengthscales from it (the orbit's
+    exponentials underflow; nothing overflows or turns NaN). Each entry within 1e-5 of the variance
+    plus the inner-product expansion's round-off (a few float32 ulps of the pair's squared norms, as
+    for the library's squared exponential itself); Kuu's diagonal, the components' variances, to
+    float32 precision; the gradients with respect to Z and X within 1e-3 of their float64 norms."""
+    if compiled and backend.name != "numpyro":
+        pytest.skip("torch's steps are eager")
+    (low_k, low_g, norms), (high_k, high_g, _) = (_closed_form_edges(backend, variance, dtype, compiled)
+                                                  for dtype in (np.float32, np.float64))
+    for low, high, x2 in zip(low_k, high_k, norms):
         assert low.dtype == np.float32 and np.isfinite(low).all()
         bound = variance * (1e-5 + 4 * np.finfo(np.float32).eps * (norms[0][:, None] + x2[None, :]))
         assert (np.abs(low - high) <= bound).all(), np.abs(low - high).max() / variance
-    np.testing.assert_allclose(np.diagonal(out[np.float32][0], axis1=1, axis2=2),
-                               np.diagonal(out[np.float64][0], axis1=1, axis2=2), rtol=1e-6, atol=0)
+    np.testing.assert_allclose(np.diagonal(low_k[0], axis1=1, axis2=2), np.diagonal(high_k[0], axis1=1, axis2=2),
+                               rtol=1e-6, atol=0)
+    for low, high in zip(low_g, high_g):
+        assert np.isfinite(low).all() and np.linalg.norm(low - high) <= 1e-3 * np.linalg.norm(high)
 
 
 def test_components_sum_to_the_kernel(backend, rng):
