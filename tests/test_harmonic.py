@@ -5,6 +5,7 @@ import pytest
 import reference as ref
 
 from sparsegp_common.features import harmonic as core
+from sparsegp_common.ops import namespace
 
 
 def _rotation(angle):
@@ -177,6 +178,29 @@ def test_squared_exponential_under_sign_flips_in_closed_form(backend, rng, name)
 
     for ours, theirs in zip(backend.grad(closed, Z, X), backend.grad(orbit, Z, X)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+
+
+def test_a_subclass_that_redefines_the_squared_exponential_keeps_the_orbit_sum(backend, rng):
+    """A user's subclass of the squared exponential with a shape of its own is not given the
+    squared exponential's closed form: its components are its own orbit's covariances."""
+    transformation, maps, D = GROUPS["axes"]
+    T, m, lib = transformation.num_components, 3, backend.lib
+    X, Z = rng.normal(size=(7, D)), rng.normal(size=(T, m, D))
+
+    class Sharper(lib.RBF):
+        def shape_fn(self, r2):
+            return namespace(r2).exp(-r2)
+
+    kernel = Sharper(lengthscale=backend.array([1.3]), variance=backend.array(0.8))
+    sharper = lambda A, B: 0.8 * np.exp(-((A[:, None] - B[None]) ** 2).sum(-1) / 1.3**2)  # noqa: E731
+    KUU, KUf = ref.harmonic_covariances(sharper, maps, transformation.weights(), Z, X)
+    gp = backend.bound(lib.SVGP(kernel, lib.HarmonicFeatures(backend.array(Z), transformation)))
+    assert core._sign_flips(transformation, gp.kernel, D) is None
+    blocks = [slice(t * m, (t + 1) * m) for t in range(T)]
+    np.testing.assert_allclose(backend.numpy(lib.Kuu(gp.features, gp.kernel)), np.stack([KUU[b, b] for b in blocks]),
+                               rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(backend.numpy(lib.Kuf(gp.features, gp.kernel, backend.array(X))),
+                               np.stack([KUf[b] for b in blocks]), rtol=1e-10, atol=1e-13)
 
 
 def _closed_form_edges(backend, variance, dtype, compiled):
