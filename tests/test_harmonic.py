@@ -196,6 +196,8 @@ def test_a_subclass_that_redefines_the_squared_exponential_keeps_the_orbit_sum(b
     KUU, KUf = ref.harmonic_covariances(sharper, maps, transformation.weights(), Z, X)
     gp = backend.bound(lib.SVGP(kernel, lib.HarmonicFeatures(backend.array(Z), transformation)))
     assert core._sign_flips(transformation, gp.kernel, D) is None
+    np.testing.assert_allclose(backend.numpy(gp.kernel.K(backend.array(X), backend.array(Z[0]))), sharper(X, Z[0]),
+                               rtol=1e-12)  # its own values outside the harmonic features too
     blocks = [slice(t * m, (t + 1) * m) for t in range(T)]
     np.testing.assert_allclose(backend.numpy(lib.Kuu(gp.features, gp.kernel)), np.stack([KUU[b, b] for b in blocks]),
                                rtol=1e-10, atol=1e-13)

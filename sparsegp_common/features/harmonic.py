@@ -374,9 +374,8 @@ def _sign_flips(transformation, kernel, input_dim):
     """``(subsets, basis)`` where the orbit sum has :func:`_flip_products`' closed form: a squared
     exponential (one variance) under sign flips of directions (:class:`Negation`,
     :class:`Reflections`); otherwise None."""
-    # the library's values only: a subclass that redefines them keeps the orbit sum
-    own = all(getattr(type(kernel), name, None) is getattr(SquaredExponential, name) for name in ("shape_fn", "K_at"))
-    if not (isinstance(kernel, SquaredExponential) and own and kernel.lengthscale.ndim == 1 and kernel.variance.ndim == 0):
+    if not (isinstance(kernel, SquaredExponential) and kernel.own_shape and kernel.lengthscale.ndim == 1
+            and kernel.variance.ndim == 0):
         return None
     if isinstance(transformation, Negation):
         return [list(range(input_dim))], None

@@ -149,8 +149,14 @@ class SquaredExponential(Stationary):
     def shape_fn(self, r2):
         return namespace(r2).exp(-0.5 * r2)
 
+    @property
+    def own_shape(self):
+        """Whether ``shape_fn`` is this class's: the squared exponential's closed forms (here and in
+        the harmonic features) apply; a subclass that redefines the shape gets the general ones."""
+        return type(self).shape_fn is SquaredExponential.shape_fn
+
     def K_at(self, X, Z, lengthscale, variance):
-        if Z is None:
+        if Z is None or not self.own_shape:
             return super().K_at(X, Z, lengthscale, variance)
         # exp(x.z - |x|^2 / 2 - |z|^2 / 2 + log variance): the exponent is one product
         xp = namespace(X, Z)
@@ -160,7 +166,7 @@ class SquaredExponential(Stationary):
         return xp.exp(exponent)
 
     def K_matvec(self, X, Z, v):
-        fused = getattr(backend(X), "se_matvec", None)
+        fused = getattr(backend(X), "se_matvec", None) if self.own_shape else None
         return super().K_matvec(X, Z, v) if fused is None else fused(X, Z, self.lengthscale, self.variance, v)
 
     def spectral_density(self, omega):
