@@ -19,6 +19,7 @@ SUITES = {
     "qsgp": "benchmarks.qsgp",
     "steps": "benchmarks.steps",
     "startup": "benchmarks.startup",
+    "heap": "benchmarks.heap",
     "gpu": "benchmarks.gpu",
 }
 ON_GPU = {"peers", "harmonic", "gpu"}  # the suites whose runners place their tensors (harness.tensor)

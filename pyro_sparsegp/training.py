@@ -8,6 +8,7 @@ import torch
 from pyro import poutine
 from torch.distributions import transform_to
 
+from sparsegp_common.inference import heap
 from sparsegp_common.inference.training import FitResult, FitState, Trainer, make_fit, split_param_groups
 
 from . import captured
@@ -90,6 +91,10 @@ class _Trainer(Trainer):
                               f"{error}); running it traced", RuntimeWarning, stacklevel=2)
             self.captured = None
             return None
+
+    def stepping(self):
+        # on a CPU, glibc would hand a step's freed memory back and page-fault it in again next step
+        return heap.kept(all(p.device.type == "cpu" for p in self.values))
 
     def params(self):
         with torch.no_grad():

@@ -61,6 +61,20 @@ def test_peers_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_heap_quick(tmp_path):
+    """Each case in fresh processes, with the freed memory kept and not."""
+    stdout, rows = run_suite("heap", tmp_path)
+    lines = table_lines(stdout)
+    assert lines[0].startswith("| case | freed memory | s per step | page faults per step | peak resident |")
+    assert [(row["case"], row["setting"]) for row in rows] == [
+        (case, setting) for case in ("SVGP, fit", "SVGP, pyro.infer.SVI", "HVGP 8 x m, fit")
+        for setting in ("kept", "given back (glibc's default)")]
+    for row in rows:
+        check_meta(row, "heap")
+        assert row["seconds"] > 0 and row["faults"] >= 0 and row["peak_mb"] > 0 and row["after_mb"] > 0
+
+
+@pytest.mark.slow
 def test_steps_quick(tmp_path):
     stdout, rows = run_suite("steps", tmp_path)
     lines = table_lines(stdout)

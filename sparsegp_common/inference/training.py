@@ -512,7 +512,8 @@ class Trainer:
       optimiser state for ``FitResult.state``;
     * ``to_floats(values)``: read the steps' values back in one transfer, as ``[(loss, grad_norm), ...]``;
     * ``stepping()``: a context manager held while the steps run (NumPyro on CPU: the BLAS threads
-      of :mod:`sparsegp_common.inference.threads`; by default nothing).
+      of :mod:`sparsegp_common.inference.threads`; Pyro on CPU: the freed memory kept by
+      :mod:`sparsegp_common.inference.heap`; by default nothing).
 
     A loss may keep state from step to step (the control variates of ``QuadruplyStochasticELBO``):
     the trainer then carries it (Pyro: ``loss.state_dict()``/``load_state_dict``, saved in
