@@ -1,4 +1,4 @@
-"""Suite ``qsgp``: quadruply stochastic GPs (Evans and Nair, 2020), two parts.
+"""Suite ``qsgp``: quadruply stochastic GPs (Evans and Nair, 2020), four parts.
 
 * ``speed``: median seconds per step of ``fit`` (float32, batch 500, both backends) and the peak
   resident memory while building and stepping, on 1,000,000 rows of flights_3m (kin40k where it
@@ -28,6 +28,13 @@
   same number of steps at batch 500: test RMSE and NLPD (standardised units) and training
   seconds. The paper's Table 2 (m = 10^5, 10^5 steps on a GPU) is the reference point; these
   runs are far shorter.
+* ``variance``: the paper's control-variate study (Sec. 4.2, Fig. 1) on kin40k: ``m`` random
+  Fourier features (10^4) of the exact GP's squared exponential, ``mu`` one draw from the prior,
+  ``n~ = m~ = 500``; for each number of support rows ``n_bar`` (0: no control variate), the
+  variance over ``evaluations`` draws (1,000 full, 300 quick) of Theorem 1's data quadratic
+  ``|Phi mu|^2`` as estimated, and of its gradient with respect to ``mu`` (per entry, averaged over
+  the ``m`` entries), both relative to ``n_bar = 0``; the same index draws for every ``n_bar`` and
+  nested support rows. Torch, float64: the estimator's statistics, not its speed.
 """
 import gc
 import time
@@ -36,7 +43,7 @@ import numpy as np
 
 from . import harness
 
-PARTS = ("speed", "accuracy", "inducing")
+PARTS = ("speed", "accuracy", "inducing", "variance")
 BATCH, NUM_DENSE, SUPPORT = 500, 10, 500
 HYPER_LR = 1e-3  # the paper's 1e-5 suits its 10^5 steps; these runs are shorter
 INDUCING_LR = (0.03, 0.5)  # AdaGrad's rates for q_mu and q_log_diag (the paper gives none)
@@ -46,17 +53,23 @@ def settings(quick):
     if harness.tiny():
         return {"ms": (200,), "num_basis": 20, "repeats": 2, "block_seconds": 0.05, "warmup": 1, "svgp_M": 16,
                 "accuracy_m": 200, "accuracy_num_basis": 20, "steps": 3, "support": 20, "batch": 50, "exact_points": 50,
-                "inducing_n": 300, "inducing_num_basis": 50, "inducing_support": 20, "inducing_steps": (2, 4)}
+                "inducing_n": 300, "inducing_num_basis": 50, "inducing_support": 20, "inducing_steps": (2, 4),
+                "variance_m": 200, "variance_draws": 20, "variance_basis": 20, "variance_supports": (0, 10, 40),
+                "evaluations": 20}
     if quick:
         return {"ms": (10_000, 1_000_000), "num_basis": 1000, "repeats": 3, "block_seconds": 0.3, "warmup": 2,
                 "svgp_M": 512, "accuracy_m": 10_000, "accuracy_num_basis": 1000, "steps": 2000, "support": SUPPORT,
                 "batch": BATCH, "exact_points": 1000, "inducing_n": 5000, "inducing_num_basis": 1000,
-                "inducing_support": 200, "inducing_steps": (1000, 3000)}
+                "inducing_support": 200, "inducing_steps": (1000, 3000),
+                "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
+                "variance_supports": (0, 100, 300, 500, 1000), "evaluations": 300}
     return {"ms": (1_000, 10_000, 100_000, 1_000_000, 10_000_000), "num_basis": 10_000, "repeats": 5,
             "block_seconds": 1.0, "warmup": 2,
             "svgp_M": 512, "accuracy_m": 100_000, "accuracy_num_basis": 2000, "steps": 10_000, "support": SUPPORT,
             "batch": BATCH, "exact_points": 1000, "inducing_n": 20_000, "inducing_num_basis": 3000,
-            "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000)}
+            "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000),
+            "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
+            "variance_supports": (0, 50, 100, 200, 300, 500, 1000, 2000), "evaluations": 1000}
 
 
 def run(quick, parts=PARTS):
@@ -66,6 +79,8 @@ def run(quick, parts=PARTS):
         rows += accuracy_rows(opts)
     if "inducing" in parts:
         rows += inducing_rows(opts)
+    if "variance" in parts:
+        rows += variance_rows(opts)
     return rows
 
 
@@ -105,6 +120,17 @@ def tables(rows):
                     f"{row['dtype']}, {row['threads']} threads; standardised target units",
                     [("model", "model", "{}"), ("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
                      ("NLPD", "nlpd", "{:.4f}"), ("seconds", "seconds", "{:.0f}")], inducing))
+    variance = [row for row in rows if row["part"] == "variance"]
+    if variance:
+        row = variance[0]
+        out.append((f"qsgp control variates (the paper's Fig. 1 study): {row['dataset']}, m = {row['m']} random Fourier "
+                    f"features of the exact GP's squared exponential, mu a prior draw, n~ = {row['num_rows']}, m~ = "
+                    f"{row['num_basis']}, {row['evaluations']} evaluations per row (the same draws in every row), "
+                    f"{row['dtype']}; variances relative to no control variate; z: the estimates' mean against the "
+                    f"exact |Phi mu|^2 in standard errors",
+                    [("support rows n_bar", "support", "{}"), ("variance of the estimate", "value_ratio", "{:.4f}"),
+                     ("variance of its gradient (mean over entries)", "gradient_ratio", "{:.4f}"),
+                     ("z", "z", "{:+.2f}")], variance))
     return out
 
 
@@ -335,4 +361,60 @@ def inducing_rows(opts):
     out.append({**base, "model": f"SVGP-{opts['svgp_M']} (held, same seconds)", "steps": done,
                 "seconds": time.perf_counter() - start, "rmse": float(np.sqrt(np.mean((mean - yt_std) ** 2))),
                 "nlpd": harness.gaussian_nlpd(mean, var, yt_std)})
+    return out
+
+
+# -- the control variates' variance reduction (Fig. 1) -------------------------------------------------
+
+
+def variance_rows(opts):
+    import torch
+
+    import pyro_sparsegp as lib
+    from sparsegp_common.features.random_fourier import RandomFourierBasis
+    from sparsegp_common.objectives.control_variates import Support, initial_state, pair
+
+    problem = harness.regression_problem("kin40k")
+    X, y = problem["X_train"], problem["y_train"]
+    lengthscales, variance, _ = harness.exact_gp_hyperparameters(X, y, num_points=opts["exact_points"])
+    n, m = len(X), opts["variance_m"]
+    kernel = lib.RBF(lengthscale=torch.tensor(lengthscales, dtype=torch.float64),
+                     variance=torch.tensor(variance, dtype=torch.float64))
+    basis, X = RandomFourierBasis(kernel, m, X.shape[1]), torch.as_tensor(X, dtype=torch.float64)
+    rng = np.random.default_rng(0)
+    mu = torch.as_tensor(rng.normal(size=(m, 1)))  # a prior draw: S = I
+    with torch.no_grad():
+        exact = sum(float((basis.features(X[i:i + 2000], torch.arange(m)) @ mu).pow(2).sum())
+                    for i in range(0, n, 2000))
+    order = torch.as_tensor(rng.permutation(n))
+    num_rows, num_basis, evaluations = opts["variance_draws"], opts["variance_basis"], opts["evaluations"]
+    draws = [tuple(torch.as_tensor(rng.integers(0, size, count)) for size, count in
+                   ((n, num_rows), (m, num_basis), (m, num_basis))) for _ in range(evaluations)]
+    base = {"suite": "qsgp", "part": "variance", "dataset": "kin40k" + (" (synthetic)" if problem["synthetic"] else ""),
+            "m": m, "num_rows": num_rows, "num_basis": num_basis, "evaluations": evaluations, "dtype": "float64",
+            "threads": harness.threads()}
+    out = []
+    for n_bar in opts["variance_supports"]:
+        support = Support(X[order[:n_bar]], basis) if n_bar else None
+        a = initial_state(support, mu).detach() if n_bar else None
+        values, total, squares = [], torch.zeros(m, dtype=torch.float64), torch.zeros(m, dtype=torch.float64)
+        for rows, I, J in draws:
+            mu_I, mu_J = mu[I].requires_grad_(), mu[J].requires_grad_()
+            Phi_I, Phi_J = basis.features(X[rows], I), basis.features(X[rows], J)
+            estimate = (n / num_rows) * (m / num_basis) ** 2 * ((Phi_J @ mu_J) * (Phi_I @ mu_I)).sum()
+            if n_bar:
+                estimate = estimate + pair(support, a, mu_I, mu_J, I, J, m, num_data=n, noise=1.0)
+            g_I, g_J = torch.autograd.grad(estimate, (mu_I, mu_J))
+            gradient = torch.zeros(m, dtype=torch.float64).index_add_(0, I, g_I[:, 0]).index_add_(0, J, g_J[:, 0])
+            values.append(float(estimate.detach()))
+            total += gradient
+            squares += gradient**2
+        values = np.array(values)
+        gradient_variance = float((squares / evaluations - (total / evaluations) ** 2).mean())
+        out.append({**base, "support": n_bar, "value_variance": float(values.var()),
+                    "gradient_variance": gradient_variance,
+                    "z": float((values.mean() - exact) / (values.std() / np.sqrt(evaluations))), "exact": exact})
+    for row in out:
+        row["value_ratio"] = row["value_variance"] / out[0]["value_variance"]
+        row["gradient_ratio"] = row["gradient_variance"] / out[0]["gradient_variance"]
     return out

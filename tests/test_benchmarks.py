@@ -261,8 +261,9 @@ def test_qsgp_quick(tmp_path):
     speed = [row for row in rows if row["part"] == "speed"]
     accuracy = [row for row in rows if row["part"] == "accuracy"]
     inducing = [row for row in rows if row["part"] == "inducing"]
+    variance = [row for row in rows if row["part"] == "variance"]
     assert lines[0].startswith("| model | m | loss | Pyro | NumPyro (jit) |")
-    assert len(lines) == 3 * 2 + len(rows)
+    assert len(lines) == 4 * 2 + len(rows)
     check_meta(speed[0], "qsgp")
     assert [row["m"] for row in speed] == [200, 200, 16]
     assert all(row["seconds_pyro"] > 0 and row["seconds_numpyro"] > 0 for row in speed)
@@ -273,6 +274,9 @@ def test_qsgp_quick(tmp_path):
                                                                        ("QSGP-0", 4)]
     assert inducing[3]["model"] == "SVGP-16 (held, same seconds)" and inducing[3]["steps"] >= 1
     assert all(math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 3 for row in inducing)
+    assert [row["support"] for row in variance] == [0, 10, 40]
+    assert variance[0]["value_ratio"] == variance[0]["gradient_ratio"] == 1.0
+    assert all(row["value_variance"] > 0 and row["gradient_variance"] > 0 and math.isfinite(row["z"]) for row in variance)
 
 
 def test_train_for_gives_each_runner_the_budget():

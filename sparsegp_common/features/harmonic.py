@@ -27,7 +27,7 @@ import numpy as np
 
 from sparsegp_common.features import Features, Kuf, Kuu, component_variances
 from sparsegp_common.features.nystrom import trace_error
-from sparsegp_common.kernels import Kernel, Product, SquaredExponential, Stationary, Sum, squared_distances
+from sparsegp_common.kernels import Kernel, Product, SquaredExponential, Stationary, Sum, expanded_product
 from sparsegp_common.ops import backend, device, namespace
 
 __all__ = [  # what the backends re-export (HarmonicFeatures adapted)
@@ -445,16 +445,17 @@ def _orbit_kernel(transformation, kernel, Z, X=None):
     Ys = Zs if X is None else (X - center) / lengthscale
     z2, y2 = xp.sum(Zs**2, axis=-1), xp.sum(Ys**2, axis=-1)
     move_data = Ys.shape[-2] < math.prod(Zs.shape[:-1])
-    matmul = backend(Z).precise_matmul
 
     def term(s):
         if X is None and not any(s):
             return kernel.K(Z)
         if move_data:
-            cross = matmul(Zs, transformation.linear(Ys, transformation.inverse(s)).mT)
+            left, right = Zs, transformation.linear(Ys, transformation.inverse(s))
         else:
-            cross = matmul(transformation.linear(Zs, s), Ys.mT)
-        return kernel.variance * kernel.shape_fn(squared_distances(z2, y2, cross))
+            left, right = transformation.linear(Zs, s), Ys
+        # |left - right|^2 as one product (isometric maps keep the norms); its round-off below
+        # zero is left to the shape function (Matern: read as zero; squared exponential: harmless)
+        return kernel.variance * kernel.shape_fn(expanded_product(left, right, z2, y2, -2.0))
     return term
 
 

@@ -177,31 +177,25 @@ class SquaredExponential(Stationary):
 RBF = SquaredExponential
 
 
-def distance(r2):
-    """``r = sqrt(r2)`` with a derivative that stays finite where ``r`` is at round-off level.
-
-    ``dr/dr2 = 1 / (2 r)`` is unbounded at coincident points (an inducing input at a data point),
-    and ``r2 = |x|^2 + |z|^2 - 2 x.z`` is only known there to the dtype's round-off: its derivative
-    reaches the inputs as a sum of two large terms that cancel. Compiled float32 code (XLA fuses
-    and reorders them) turned that cancellation into gradients of 1e8 and more. So the derivative
-    is taken of ``sqrt(max(r2, eps))``, ``eps`` the dtype's machine epsilon: below ``r = sqrt(eps)``
-    (3.5e-4 in float32, 1.5e-8 in float64), a distance round-off already dominates, the derivative
-    of ``r2`` is zero, as is its limit at ``r = 0`` for every parameter (``dr2/dz = 2 (z - x)``);
-    above it, it is exact. The value is ``sqrt(r2)`` everywhere.
-    """
-    xp = namespace(r2)
-    floored = xp.sqrt(xp.clip(r2, min=xp.finfo(r2.dtype).eps))
-    return floored + backend(r2).stop_gradient(xp.sqrt(r2) - floored)
-
-
 class Matern(Stationary):
     """Matérn kernel with half-integer smoothness ``nu`` (set by the subclasses)."""
 
     nu = None
 
     def shape_fn(self, r2):
-        r = distance(r2)
-        return self.polynomial(r) * namespace(r).exp(-math.sqrt(2 * self.nu) * r)
+        # one elementwise node with its derivative in closed form: the chain of sqrt, polynomial
+        # and exp differentiated op by op took five times as long (eager torch, many passes)
+        return backend(r2).with_slope(self.shape_and_slope, r2)
+
+    def shape_and_slope(self, r2):
+        """``(shape, d shape / d r2)`` at the squared scaled distances ``r2`` (round-off below zero
+        read as zero): ``p(r) exp(-sqrt(2 nu) r)`` and ``q(r) exp(-sqrt(2 nu) r)`` for the
+        subclass's :meth:`polynomials` ``(p, q)`` (arrays or numbers)."""
+        xp = namespace(r2)
+        r = xp.sqrt(xp.clip(r2, min=0.0))
+        decay = xp.exp(-math.sqrt(2 * self.nu) * r)
+        value, slope = self.polynomials(r)
+        return value * decay, slope * decay
 
     def spectral_density(self, omega):
         D, nu = omega.shape[-1], self.nu
@@ -222,8 +216,15 @@ class Matern12(Matern):
 
     nu = 0.5
 
-    def polynomial(self, r):
-        return namespace(r).ones_like(r)
+    def polynomials(self, r):
+        # d/dr2 = -1 / (2 r), unbounded at coincident points, where r2 = |x|^2 + |z|^2 - 2 x.z is
+        # only round-off: its derivative reaches the inputs as two large terms that cancel, which
+        # compiled float32 code (XLA reorders them) turned into gradients of 1e8 and more. So the
+        # slope is zero below r = sqrt(eps), where round-off already dominates a distance, as is
+        # its limit at r = 0 for every parameter (dr2/dz = 2 (z - x)); above it, it is exact.
+        xp = namespace(r)
+        floor = math.sqrt(xp.finfo(r.dtype).eps)
+        return 1.0, xp.where(r >= floor, -0.5 / xp.clip(r, min=floor), 0.0)
 
 
 class Matern32(Matern):
@@ -231,8 +232,8 @@ class Matern32(Matern):
 
     nu = 1.5
 
-    def polynomial(self, r):
-        return 1 + math.sqrt(3) * r
+    def polynomials(self, r):
+        return 1 + math.sqrt(3) * r, -1.5
 
 
 class Matern52(Matern):
@@ -240,8 +241,9 @@ class Matern52(Matern):
 
     nu = 2.5
 
-    def polynomial(self, r):
-        return 1 + math.sqrt(5) * r + (5.0 / 3.0) * r**2
+    def polynomials(self, r):
+        linear = 1 + math.sqrt(5) * r
+        return linear + (5.0 / 3.0) * r**2, (-5.0 / 6.0) * linear
 
 
 class Sum(Kernel):

@@ -173,6 +173,22 @@ def normal(key, shape, like):
     return jax.random.normal(key, shape, dtype=like.dtype)
 
 
+def with_slope(fn, x):
+    """See the torch version: ``fn(x)[0]`` with the derivative ``fn(x)[1]``."""
+    return _with_slope(fn, x)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _with_slope(fn, x):
+    return fn(x)[0]
+
+
+@_with_slope.defjvp
+def _with_slope_jvp(fn, primals, tangents):
+    value, slope = fn(primals[0])  # differentiable again: higher derivatives stay exact
+    return value, slope * tangents[0]
+
+
 def stop_gradient(x):
     return lax.stop_gradient(x)
 

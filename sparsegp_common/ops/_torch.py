@@ -145,6 +145,28 @@ class _SEMatvec(torch.autograd.Function):
         return tuple(d.sum_to_size(shape) for d, shape in zip(grads, shapes))
 
 
+def with_slope(fn, x):
+    """``fn(x) = (value, slope)``, elementwise: ``value`` as one autograd node whose derivative
+    with respect to ``x`` is ``slope`` (only the slope is kept for the backward pass)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _WithSlope.apply(fn, x)
+    return fn(x)[0]
+
+
+class _WithSlope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, fn, x):
+        value, slope = fn(x)
+        ctx.save_for_backward(slope)
+        return value
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        (slope,) = ctx.saved_tensors
+        return None, g * slope
+
+
 def stop_gradient(x):
     return x.detach()
 
