@@ -392,37 +392,71 @@ def _flip_products(flips, center, kernel, Z, X=None):
     ``r`` the rest, ``k(G^s z, x) = v exp(-(|z|^2 + |x|^2) / 2 + r + sum_j sigma_j c_j)`` for the
     signs ``sigma_j`` of ``s``, so the weights' sum factorises over the ways:
     ``k_t(z, x) = v exp(-(|z|^2 + |x|^2) / 2 + r) prod_j (cosh c_j, or sinh c_j where the component
-    is odd in way j)``: J products of the inputs and ``2 J + 1`` exponentials per entry, where the
+    is odd in way j)``: J products of the inputs and ``J + 1`` exponentials per entry, where the
     orbit takes ``2^J`` kernel matrices. Each factor is written as ``e^{|c|} (e^{c - |c|} +- e^{-c - |c|}) / 2``
     with the ``e^{|c|}`` moved into the one exponent, which is then minus half the smallest squared
-    distance over the orbit: nothing overflows, and the derivative at ``c = 0`` is exact."""
+    distance over the orbit: nothing overflows, and the derivative at ``c = 0`` is exact. The
+    elementwise work is one node with its derivatives in closed form (:func:`_flip_terms`)."""
     subsets, basis = flips
     xp = namespace(Z) if X is None else namespace(Z, X)
     kernel._check_dimension(Z.shape[-1])
     matmul = backend(Z).precise_matmul
     Zs = (Z - _like(center, Z)) / kernel.lengthscale
     Ys = Zs if X is None else (X - _like(center, Z)) / kernel.lengthscale
-    exponent = -(xp.sum(Zs**2, axis=-1)[..., :, None] + xp.sum(Ys**2, axis=-1)[..., None, :]) / 2
+    z_half, y_half = -xp.sum(Zs**2, axis=-1) / 2, -xp.sum(Ys**2, axis=-1) / 2
     rest = sum(len(subset) for subset in subsets) < Z.shape[-1]  # directions that no way flips
-    if rest:  # r: the whole inner product, less each way's below
-        exponent = exponent + matmul(Zs, Ys.mT)
+    if rest:  # r: the whole inner product, less each way's (in _flip_terms)
+        exponent = expanded_product(Zs, Ys, z_half, y_half)
+    else:
+        exponent = z_half[..., :, None] + y_half[..., None, :]
     if basis is not None:
         Zs, Ys = Zs @ _like(basis, Zs), Ys @ _like(basis, Ys)
-    odd = np.array(list(itertools.product((False, True), repeat=len(subsets))))  # (T, J): the rows of weights()
-    product = None
-    for j, subset in enumerate(subsets):
+    inner = []
+    for subset in subsets:
         way = np.zeros(Zs.shape[-1])
         way[subset] = 1.0
-        c = matmul(Zs * _like(way, Zs), Ys.mT)  # a mask rather than a gather: XLA's gather is slow here
-        size = xp.abs(c)
-        exponent = exponent + size - c if rest else exponent + size
-        sign = _like(np.where(odd[:, j], -1.0, 1.0).reshape(-1, 1, 1), c)
-        factor = xp.exp(c - size) + sign * xp.exp(-c - size)
-        product = factor if product is None else product * factor
-    if X is None:  # k_t(z, z): the exponent is exactly 0 (what the expansion leaves is round-off)
-        exponent = exponent * (1 - xp.eye(Z.shape[-2], dtype=Z.dtype, device=device(Z)))
-    scale = kernel.variance / 2 ** len(subsets)
-    return scale * xp.exp(xp.clip(exponent, max=0.0)) * product
+        inner.append(matmul(Zs * _like(way, Zs), Ys.mT))  # a mask rather than a gather: XLA's gather is slow here
+    # k_t(z, z): the exponent on the diagonal is exactly 0 (what the expansion leaves is round-off)
+    terms = functools.partial(_flip_terms, len(subsets), rest, X is None)
+    return (kernel.variance / 2 ** len(subsets)) * backend(Z).with_partials(terms, exponent, *inner)
+
+
+def _flip_terms(num_ways, rest, square, exponent, *inner):
+    """The elementwise part of :func:`_flip_products` with its partial derivatives, as one node:
+    ``(K, partials)`` with ``K = exp(min(x, 0)) prod_j f_j`` ``(T, m, N)``, one factor per way,
+    ``f_j = 1 + t_j`` (even) or ``sign(c_j) (1 - t_j)`` (odd), ``t_j = exp(-2 |c_j|)``, and ``x`` the
+    ``exponent`` plus ``sum_j |c_j|`` (less ``c_j`` with ``rest``), zero on the diagonal if ``square``.
+    The derivative of ``e^{|c|} f`` swaps the parity, so ``dK/dc_j = K (sign(c_j) - rest) + e^x
+    f_j' prod_{i != j} f_i`` with ``f_j' = -2 sign(c_j) t_j`` (even) or ``2 t_j`` (odd); where
+    the exponent is clipped or masked, only the factors' part."""
+    xp = namespace(exponent, *inner)
+    odd = np.array(list(itertools.product((0.0, 1.0), repeat=num_ways)))  # (T, J): the rows of weights()
+    factors, slopes, signs = [], [], []
+    for j, c in enumerate(inner):
+        size, sign = xp.abs(c), xp.sign(c)
+        exponent = exponent + (size - c if rest else size)
+        t = xp.exp(-2 * size)
+        parity = _like(odd[:, j].reshape(-1, 1, 1), c) > 0
+        factors.append(xp.where(parity, sign * (1 - t), 1 + t))
+        slopes.append(xp.where(parity, 2 * t, -2 * sign * t))
+        signs.append(sign - 1 if rest else sign)
+    live = exponent < 0
+    if square:
+        diagonal = xp.eye(exponent.shape[-1], dtype=xp.bool, device=device(exponent))
+        exponent, live = xp.where(diagonal, 0.0, exponent), live & ~diagonal
+    envelope = xp.exp(xp.clip(exponent, max=0.0))
+    before, after = [envelope], [None] * num_ways  # products of the factors before and after way j
+    for factor in factors[:-1]:
+        before.append(before[-1] * factor)
+    for j in range(num_ways - 1, 0, -1):
+        after[j - 1] = factors[j] if after[j] is None else after[j] * factors[j]
+    K = before[-1] * factors[-1]
+    through_exponent = xp.where(live, K, 0.0)
+    partials = [through_exponent]
+    for j in range(num_ways):
+        others = before[j] if after[j] is None else before[j] * after[j]
+        partials.append(through_exponent * signs[j] + slopes[j] * others)
+    return K, partials
 
 
 def _orbit_kernel(transformation, kernel, Z, X=None):

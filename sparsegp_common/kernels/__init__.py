@@ -185,17 +185,17 @@ class Matern(Stationary):
     def shape_fn(self, r2):
         # one elementwise node with its derivative in closed form: the chain of sqrt, polynomial
         # and exp differentiated op by op took five times as long (eager torch, many passes)
-        return backend(r2).with_slope(self.shape_and_slope, r2)
+        return backend(r2).with_partials(self.shape_and_slope, r2)
 
     def shape_and_slope(self, r2):
-        """``(shape, d shape / d r2)`` at the squared scaled distances ``r2`` (round-off below zero
+        """``(shape, (d shape / d r2,))`` at the squared scaled distances ``r2`` (round-off below zero
         read as zero): ``p(r) exp(-sqrt(2 nu) r)`` and ``q(r) exp(-sqrt(2 nu) r)`` for the
         subclass's :meth:`polynomials` ``(p, q)`` (arrays or numbers)."""
         xp = namespace(r2)
         r = xp.sqrt(xp.clip(r2, min=0.0))
         decay = xp.exp(-math.sqrt(2 * self.nu) * r)
         value, slope = self.polynomials(r)
-        return value * decay, slope * decay
+        return value * decay, (slope * decay,)
 
     def spectral_density(self, omega):
         D, nu = omega.shape[-1], self.nu

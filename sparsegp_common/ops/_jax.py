@@ -173,20 +173,20 @@ def normal(key, shape, like):
     return jax.random.normal(key, shape, dtype=like.dtype)
 
 
-def with_slope(fn, x):
-    """See the torch version: ``fn(x)[0]`` with the derivative ``fn(x)[1]``."""
-    return _with_slope(fn, x)
+def with_partials(fn, *inputs):
+    """See the torch version: ``fn(*inputs)[0]`` with the partial derivatives ``fn(*inputs)[1]``."""
+    return _with_partials(fn, *inputs)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _with_slope(fn, x):
-    return fn(x)[0]
+def _with_partials(fn, *inputs):
+    return fn(*inputs)[0]
 
 
-@_with_slope.defjvp
-def _with_slope_jvp(fn, primals, tangents):
-    value, slope = fn(primals[0])  # differentiable again: higher derivatives stay exact
-    return value, slope * tangents[0]
+@_with_partials.defjvp
+def _with_partials_jvp(fn, primals, tangents):
+    value, partials = fn(*primals)  # differentiable again: higher derivatives stay exact
+    return value, sum(p * t for p, t in zip(partials, tangents))
 
 
 def stop_gradient(x):

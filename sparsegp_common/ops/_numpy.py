@@ -43,8 +43,8 @@ def normal(key, shape, like):
     return key.standard_normal(shape).astype(like.dtype)
 
 
-def with_slope(fn, x):
-    return fn(x)[0]
+def with_partials(fn, *inputs):
+    return fn(*inputs)[0]
 
 
 def stop_gradient(x):

@@ -145,26 +145,28 @@ class _SEMatvec(torch.autograd.Function):
         return tuple(d.sum_to_size(shape) for d, shape in zip(grads, shapes))
 
 
-def with_slope(fn, x):
-    """``fn(x) = (value, slope)``, elementwise: ``value`` as one autograd node whose derivative
-    with respect to ``x`` is ``slope`` (only the slope is kept for the backward pass)."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _WithSlope.apply(fn, x)
-    return fn(x)[0]
+def with_partials(fn, *inputs):
+    """``fn(*inputs) = (value, partials)``, elementwise: ``value`` as one autograd node whose
+    derivative is ``sum_i partials[i] * d inputs[i]`` (each input broadcast to the value's shape;
+    only the partials are kept for the backward pass)."""
+    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        return _WithPartials.apply(fn, *inputs)
+    return fn(*inputs)[0]
 
 
-class _WithSlope(torch.autograd.Function):
+class _WithPartials(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, fn, x):
-        value, slope = fn(x)
-        ctx.save_for_backward(slope)
+    def forward(ctx, fn, *inputs):
+        value, partials = fn(*inputs)
+        ctx.save_for_backward(*partials)
+        ctx.shapes = [x.shape for x in inputs]
         return value
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g):
-        (slope,) = ctx.saved_tensors
-        return None, g * slope
+        # inputs broadcast to the value's shape get the sum over the broadcast axes
+        return None, *((g * p).sum_to_size(shape) for p, shape in zip(ctx.saved_tensors, ctx.shapes))
 
 
 def stop_gradient(x):
