@@ -149,7 +149,8 @@ def test_squared_exponential_under_sign_flips_in_closed_form(backend, rng, name)
     """Under sign flips (Negation, Reflections) the squared exponential's components are a product
     of cosh and sinh of the ways' inner products: Kuu and Kuf are the orbit's covariances, also with
     an inducing input and a data point at the centre (every way's inner product zero, where sinh's
-    derivative is 1), and their gradients with respect to Z and X are the orbit sum's."""
+    derivative is 1), and their gradients with respect to Z, X and (Pyro) the kernel's parameters
+    are the orbit sum's."""
     transformation, maps, D = _flip_cases()[name]
     T, m, lib = transformation.num_components, 3, backend.lib
     X, Z = rng.normal(size=(9, D)), rng.normal(size=(T, m, D))
@@ -178,6 +179,13 @@ def test_squared_exponential_under_sign_flips_in_closed_form(backend, rng, name)
 
     for ours, theirs in zip(backend.grad(closed, Z, X), backend.grad(orbit, Z, X)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+    if backend.name == "pyro":  # and with respect to the kernel's parameters (the data held)
+        import torch
+
+        params = list(gp.kernel.parameters())
+        for ours, theirs in zip(*(torch.autograd.grad(fn(backend.array(Z), backend.array(X)), params)
+                                  for fn in (closed, orbit))):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-9, atol=1e-12)
 
 
 def test_a_subclass_that_redefines_the_squared_exponential_keeps_the_orbit_sum(backend, rng):

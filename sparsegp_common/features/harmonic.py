@@ -400,22 +400,29 @@ def _flip_products(flips, center, kernel, Z, X=None):
     subsets, basis = flips
     xp = namespace(Z) if X is None else namespace(Z, X)
     kernel._check_dimension(Z.shape[-1])
-    matmul = backend(Z).precise_matmul
-    Zs = (Z - _like(center, Z)) / kernel.lengthscale
-    Ys = Zs if X is None else (X - _like(center, Z)) / kernel.lengthscale
-    z_half, y_half = -xp.sum(Zs**2, axis=-1) / 2, -xp.sum(Ys**2, axis=-1) / 2
+    matmul, lengthscale = backend(Z).precise_matmul, kernel.lengthscale
+    Zs = (Z - _like(center, Z)) / lengthscale
+    z_half = -xp.sum(Zs**2, axis=-1) / 2
+    if X is None:
+        left, right, y_half = Zs, Zs, z_half
+    else:
+        Xc = X - _like(center, Z)
+        y_half = -xp.sum((Xc / lengthscale) ** 2, axis=-1) / 2
+        # both lengthscales on Z's side where the basis allows: the products then differentiate
+        # only Z's side (X is data), sparing a (N, T m) x (T m, D) product per way
+        left, right = (Zs / lengthscale, Xc) if basis is None or lengthscale.shape[-1] == 1 else (Zs, Xc / lengthscale)
     rest = sum(len(subset) for subset in subsets) < Z.shape[-1]  # directions that no way flips
     if rest:  # r: the whole inner product, less each way's (in _flip_terms)
-        exponent = expanded_product(Zs, Ys, z_half, y_half)
+        exponent = expanded_product(left, right, z_half, y_half)
     else:
         exponent = z_half[..., :, None] + y_half[..., None, :]
     if basis is not None:
-        Zs, Ys = Zs @ _like(basis, Zs), Ys @ _like(basis, Ys)
+        left, right = left @ _like(basis, left), right @ _like(basis, right)
     inner = []
     for subset in subsets:
-        way = np.zeros(Zs.shape[-1])
+        way = np.zeros(left.shape[-1])
         way[subset] = 1.0
-        inner.append(matmul(Zs * _like(way, Zs), Ys.mT))  # a mask rather than a gather: XLA's gather is slow here
+        inner.append(matmul(left * _like(way, left), right.mT))  # a mask rather than a gather: XLA's gather is slow here
     # k_t(z, z): the exponent on the diagonal is exactly 0 (what the expansion leaves is round-off)
     terms = functools.partial(_flip_terms, len(subsets), rest, X is None)
     return (kernel.variance / 2 ** len(subsets)) * backend(Z).with_partials(terms, exponent, *inner)
