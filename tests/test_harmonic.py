@@ -149,8 +149,8 @@ def test_squared_exponential_under_sign_flips_in_closed_form(backend, rng, name)
     """Under sign flips (Negation, Reflections) the squared exponential's components are a product
     of cosh and sinh of the ways' inner products: Kuu and Kuf are the orbit's covariances, also with
     an inducing input and a data point at the centre (every way's inner product zero, where sinh's
-    derivative is 1), and their gradients with respect to Z, X and (Pyro) the kernel's parameters
-    are the orbit sum's."""
+    derivative is 1), and their gradients with respect to Z (per component or shared), X and (Pyro)
+    the kernel's parameters are the orbit sum's."""
     transformation, maps, D = _flip_cases()[name]
     T, m, lib = transformation.num_components, 3, backend.lib
     X, Z = rng.normal(size=(9, D)), rng.normal(size=(T, m, D))
@@ -174,11 +174,12 @@ def test_squared_exponential_under_sign_flips_in_closed_form(backend, rng, name)
                    for w, x in zip(weights, (None, X)))
 
     def orbit(Z, X):
-        return sum((w * core._orbit_sum(transformation, core._orbit_kernel(transformation, gp.kernel, Z, x), True)).sum()
-                   for w, x in zip(weights, (None, X)))
+        terms = (core._orbit_kernel(transformation, gp.kernel, Z, x) for x in (None, X))
+        return sum((w * core._orbit_sum(transformation, term, Z.ndim == 3)).sum() for w, term in zip(weights, terms))
 
-    for ours, theirs in zip(backend.grad(closed, Z, X), backend.grad(orbit, Z, X)):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
+    for inputs in (Z, Z[0]):  # each component's own Z, and one Z shared by every component
+        for ours, theirs in zip(backend.grad(closed, inputs, X), backend.grad(orbit, inputs, X)):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
     if backend.name == "pyro":  # and with respect to the kernel's parameters (the data held)
         import torch
 
