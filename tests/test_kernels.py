@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import reference as ref
+from sparsegp_common.ops import namespace
 
 from backends import KERNELS
 
@@ -177,3 +178,25 @@ def test_matern_gradients_match_the_reference(backend, rng, name):
                                   variance) * W).sum() for s in (1, -1)]
             fd[index] = (values[0] - values[1]) / (2 * eps)
         np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["matern12", "matern32", "matern52"])
+def test_matern_slope_is_zero_where_the_distance_is_round_off(backend, name):
+    """Below ``r = sqrt(eps)`` (float32: 3.5e-4) a scaled distance is round-off, so its derivative
+    is not followed (the true one tends to zero there): the gradient with respect to an inducing
+    input 1e-5 from a data point is exactly zero in float32, and the value is the reference's to
+    float32 precision. (Without the floor an ill-conditioned ``Kuu`` turned the round-off into
+    gradient spikes of 1e7: tutorials/arviz_diagnostics.py under JAX 0.12.)"""
+    X = np.array([[3.0, -2.0]])
+    kernel = backend.lib.__dict__[KERNELS[name]](lengthscale=backend.array([1.0], np.float32),
+                                                 variance=backend.array(1.5, np.float32))
+    Z = np.array([[3.0 + 1e-5, -2.0]], dtype=np.float32)
+
+    def total(Z):  # the gradient's computation in float32
+        xp = namespace(Z)
+        return kernel.K(backend.array(X, np.float32), xp.astype(Z, xp.float32)).sum()
+
+    (grad,) = backend.grad(total, Z)
+    assert (grad == 0).all(), grad
+    value = backend.numpy(kernel.K(backend.array(X, np.float32), backend.array(Z, np.float32)))
+    np.testing.assert_allclose(value, ref.kernel(name, X, Z.astype(np.float64), [1.0], 1.5), rtol=1e-5)

@@ -190,12 +190,20 @@ class Matern(Stationary):
     def shape_and_slope(self, r2):
         """``(shape, (d shape / d r2,))`` at the squared scaled distances ``r2`` (round-off below zero
         read as zero): ``p(r) exp(-sqrt(2 nu) r)`` and ``q(r) exp(-sqrt(2 nu) r)`` for the
-        subclass's :meth:`polynomials` ``(p, q)`` (arrays or numbers)."""
+        subclass's :meth:`polynomials` ``(p, q)`` (arrays or numbers), the slope zero below
+        ``r = sqrt(eps)``.
+
+        There ``r2 = |x|^2 + |z|^2 - 2 x.z`` is only round-off, so the direction of its derivative
+        (``dr2/dz = 2 (z - x)``) is noise; the true derivative's limit at ``r = 0`` is zero for
+        every parameter, and Matern-1/2's slope ``-1 / (2 r)`` is unbounded there. Without the
+        floor, that noise times a large cotangent (an ill-conditioned ``Kuu``) made float32 gradient
+        spikes of 1e7 under ``jax.jit``."""
         xp = namespace(r2)
         r = xp.sqrt(xp.clip(r2, min=0.0))
+        floor = math.sqrt(xp.finfo(r2.dtype).eps)
         decay = xp.exp(-math.sqrt(2 * self.nu) * r)
         value, slope = self.polynomials(r)
-        return value * decay, (slope * decay,)
+        return value * decay, (xp.where(r >= floor, slope * decay, 0.0),)
 
     def spectral_density(self, omega):
         D, nu = omega.shape[-1], self.nu
@@ -217,14 +225,8 @@ class Matern12(Matern):
     nu = 0.5
 
     def polynomials(self, r):
-        # d/dr2 = -1 / (2 r), unbounded at coincident points, where r2 = |x|^2 + |z|^2 - 2 x.z is
-        # only round-off: its derivative reaches the inputs as two large terms that cancel, which
-        # compiled float32 code (XLA reorders them) turned into gradients of 1e8 and more. So the
-        # slope is zero below r = sqrt(eps), where round-off already dominates a distance, as is
-        # its limit at r = 0 for every parameter (dr2/dz = 2 (z - x)); above it, it is exact.
         xp = namespace(r)
-        floor = math.sqrt(xp.finfo(r.dtype).eps)
-        return 1.0, xp.where(r >= floor, -0.5 / xp.clip(r, min=floor), 0.0)
+        return 1.0, -0.5 / xp.clip(r, min=math.sqrt(xp.finfo(r.dtype).eps))  # finite where the floor masks it
 
 
 class Matern32(Matern):
