@@ -443,9 +443,10 @@ def _flip_terms(num_ways, rest, square, exponent, *inner):
         size, sign = xp.abs(c), xp.sign(c)
         exponent = exponent + (size - c if rest else size)
         t = xp.exp(-2 * size)
+        signed = sign * t
         parity = _like(odd[:, j].reshape(-1, 1, 1), c) > 0
-        factors.append(xp.where(parity, sign * (1 - t), 1 + t))
-        slopes.append(xp.where(parity, 2 * t, -2 * sign * t))
+        factors.append(xp.where(parity, sign - signed, 1 + t))
+        slopes.append(xp.where(parity, 2 * t, -2 * signed))
         signs.append(sign - 1 if rest else sign)
     live = exponent < 0
     if square:
