@@ -84,53 +84,61 @@ def run(quick, parts=PARTS):
     return rows
 
 
+def _speed_title(row):
+    return (f"qsgp speed: seconds per fit step, {row['dataset']}, num_basis {row['num_basis']}, batch "
+            f"{row['batch']}, control variates on {SUPPORT} rows, {row['dtype']}, {row['threads']} threads; "
+            "peak: the resident memory's high-water mark while building and stepping, above the resident set before")
+
+
+def _accuracy_title(row):
+    return (f"qsgp accuracy: {row['dataset']}, Pyro, m = {row['m']} random Fourier features (ARD SE), "
+            f"num_basis {row['num_basis']}, control variates on {row['support']} rows, AdaGrad 0.1 (q) and Adam "
+            f"{HYPER_LR:g} (held for the first tenth; SVGP: Adam 0.01), both decaying tenfold, from an exact GP's "
+            f"hyperparameters, batch {row['batch']}, {row['steps']} steps, {row['dtype']}, {row['threads']} threads; "
+            "standardised target units")
+
+
+def _inducing_title(row):
+    return (f"qsgp inducing points (the paper's Table 3 protocol): {row['dataset']}, Pyro, {row['n']} training "
+            f"rows, QSGP-0 with an inducing point at each (m = n), hyperparameters (noise too) held at an exact "
+            f"GP's on 1,000 rows, C's diagonal from Proposition 1's optimum, num_basis = batch = "
+            f"{row['num_basis']}, data and Nystrom control variates on {row['support']} rows, AdaGrad "
+            f"{row['lr'][0]:g} (q_mu) and {row['lr'][1]:g} (q_log_diag), augmented prediction; beside it the "
+            f"exact GP on the same rows and hyperparameters and our SVGP with the same hyperparameters held, "
+            f"trained for as many seconds; {row['dtype']}, {row['threads']} threads; standardised target units")
+
+
+def _variance_title(row):
+    return (f"qsgp control variates (the paper's Fig. 1 study): {row['dataset']}, m = {row['m']} random Fourier "
+            f"features of the exact GP's squared exponential, mu a prior draw, n~ = {row['num_rows']}, m~ = "
+            f"{row['num_basis']}, {row['evaluations']} evaluations per row (the same draws in every row), "
+            f"{row['dtype']}; variances relative to no control variate; z: the estimates' mean against the "
+            f"exact |Phi mu|^2 in standard errors")
+
+
+# part -> (title of its first row, columns)
+TABLES = {
+    "speed": (_speed_title, [("model", "model", "{}"), ("m", "m", "{}"), ("loss", "loss", "{}"),
+                             ("Pyro", "seconds_pyro", "{:.4f} s"), ("NumPyro (jit)", "seconds_numpyro", "{:.4f} s"),
+                             ("Pyro peak", "peak_mb_pyro", "{:.0f} MB"),
+                             ("NumPyro peak", "peak_mb_numpyro", "{:.0f} MB")]),
+    "accuracy": (_accuracy_title, [("model", "model", "{}"), ("RMSE", "rmse", "{:.4f}"), ("NLPD", "nlpd", "{:.4f}"),
+                                   ("seconds", "seconds", "{:.0f}")]),
+    "inducing": (_inducing_title, [("model", "model", "{}"), ("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
+                                   ("NLPD", "nlpd", "{:.4f}"), ("seconds", "seconds", "{:.0f}")]),
+    "variance": (_variance_title, [("support rows n_bar", "support", "{}"),
+                                   ("variance of the estimate", "value_ratio", "{:.4f}"),
+                                   ("variance of its gradient (mean over entries)", "gradient_ratio", "{:.4f}"),
+                                   ("z", "z", "{:+.2f}")]),
+}
+
+
 def tables(rows):
     out = []
-    speed = [row for row in rows if row["part"] == "speed"]
-    if speed:
-        row = speed[0]
-        out.append((f"qsgp speed: seconds per fit step, {row['dataset']}, num_basis {row['num_basis']}, batch "
-                    f"{row['batch']}, control variates on {SUPPORT} rows, {row['dtype']}, {row['threads']} threads; "
-                    "peak: the resident memory's high-water mark while building and stepping, above the resident "
-                    "set before",
-                    [("model", "model", "{}"), ("m", "m", "{}"), ("loss", "loss", "{}"),
-                     ("Pyro", "seconds_pyro", "{:.4f} s"), ("NumPyro (jit)", "seconds_numpyro", "{:.4f} s"),
-                     ("Pyro peak", "peak_mb_pyro", "{:.0f} MB"), ("NumPyro peak", "peak_mb_numpyro", "{:.0f} MB")],
-                    speed))
-    accuracy = [row for row in rows if row["part"] == "accuracy"]
-    if accuracy:
-        row = accuracy[0]
-        out.append((f"qsgp accuracy: {row['dataset']}, Pyro, m = {row['m']} random Fourier features (ARD SE), "
-                    f"num_basis {row['num_basis']}, control variates on {row['support']} rows, AdaGrad 0.1 (q) and Adam "
-                    f"{HYPER_LR:g} (held for the first tenth; SVGP: Adam 0.01), both decaying tenfold, from an exact GP's "
-                    f"hyperparameters, batch {row['batch']}, {row['steps']} steps, {row['dtype']}, {row['threads']} threads; "
-                    "standardised target units",
-                    [("model", "model", "{}"), ("RMSE", "rmse", "{:.4f}"), ("NLPD", "nlpd", "{:.4f}"),
-                     ("seconds", "seconds", "{:.0f}")], accuracy))
-    inducing = [row for row in rows if row["part"] == "inducing"]
-    if inducing:
-        row = inducing[0]
-        out.append((f"qsgp inducing points (the paper's Table 3 protocol): {row['dataset']}, Pyro, {row['n']} training "
-                    f"rows, QSGP-0 with an inducing point at each (m = n), hyperparameters (noise too) held at an exact "
-                    f"GP's on 1,000 rows, C's diagonal from Proposition 1's optimum, num_basis = batch = "
-                    f"{row['num_basis']}, data and Nystrom control variates on {row['support']} rows, AdaGrad "
-                    f"{row['lr'][0]:g} (q_mu) and {row['lr'][1]:g} (q_log_diag), augmented prediction; beside it the "
-                    f"exact GP on the same rows and hyperparameters and our SVGP with the same hyperparameters held, "
-                    f"trained for as many seconds; "
-                    f"{row['dtype']}, {row['threads']} threads; standardised target units",
-                    [("model", "model", "{}"), ("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
-                     ("NLPD", "nlpd", "{:.4f}"), ("seconds", "seconds", "{:.0f}")], inducing))
-    variance = [row for row in rows if row["part"] == "variance"]
-    if variance:
-        row = variance[0]
-        out.append((f"qsgp control variates (the paper's Fig. 1 study): {row['dataset']}, m = {row['m']} random Fourier "
-                    f"features of the exact GP's squared exponential, mu a prior draw, n~ = {row['num_rows']}, m~ = "
-                    f"{row['num_basis']}, {row['evaluations']} evaluations per row (the same draws in every row), "
-                    f"{row['dtype']}; variances relative to no control variate; z: the estimates' mean against the "
-                    f"exact |Phi mu|^2 in standard errors",
-                    [("support rows n_bar", "support", "{}"), ("variance of the estimate", "value_ratio", "{:.4f}"),
-                     ("variance of its gradient (mean over entries)", "gradient_ratio", "{:.4f}"),
-                     ("z", "z", "{:+.2f}")], variance))
+    for part, (title, columns) in TABLES.items():
+        chosen = [row for row in rows if row["part"] == part]
+        if chosen:
+            out.append((title(chosen[0]), columns, chosen))
     return out
 
 
