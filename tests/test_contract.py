@@ -195,8 +195,13 @@ def test_backend_ops_follow_the_arrays():
     assert backend(jnp.zeros(1)).__name__.endswith("_jax")
     assert backend(np.zeros(1)).__name__.endswith("_numpy")
     assert backend(np.zeros(1), jnp.zeros(1)).__name__.endswith("_jax")  # NumPy follows JAX, as jnp does
-    with pytest.raises(TypeError):
-        namespace(torch.zeros(1), jnp.zeros(1))
+    for _ in range(2):  # the second answer from the cache of types: the same, and mixing still refused
+        assert namespace(torch.zeros(1), None, 1.0) is namespace(torch.zeros(1, dtype=torch.float64))
+        assert jax.jit(lambda x: x if namespace(x) is jnp else None)(jnp.zeros(1)) is not None
+        assert namespace(np.zeros(1)) is not namespace(jnp.zeros(1))
+        assert namespace(np.zeros(1, dtype=jax.dtypes.float0)) is jnp  # JAX's zero gradient: not cached as NumPy
+        with pytest.raises(TypeError):
+            namespace(torch.zeros(1), jnp.zeros(1))
 
 
 def _hook_reads():

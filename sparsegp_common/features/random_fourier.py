@@ -61,9 +61,19 @@ def _uniforms(seed, index, streams, dtype, xp):
     return (xp.astype(_shift(_hash(seed, index, streams, xp), 8), dtype) + 0.5) / 16777216.0
 
 
+def _normal_streams(streams):
+    """The uniform streams whose Box-Muller pairs give the normal ``streams``: ``2 s`` and ``2 s + 1``."""
+    return [2 * s + k for k in (0, 1) for s in streams]
+
+
+def _box_muller(u, xp):
+    """Normals from uniforms laid out as :func:`_normal_streams` lays out their streams."""
+    half = u.shape[-1] // 2
+    return xp.sqrt(-2.0 * xp.log(u[..., :half])) * xp.cos(2 * math.pi * u[..., half:])
+
+
 def _normals(seed, index, streams, dtype, xp):
-    u = _uniforms(seed, index, [2 * s + k for k in (0, 1) for s in streams], dtype, xp)
-    return xp.sqrt(-2.0 * xp.log(u[..., :len(streams)])) * xp.cos(2 * math.pi * u[..., len(streams):])
+    return _box_muller(_uniforms(seed, index, _normal_streams(streams), dtype, xp), xp)
 
 
 def counter_uniform(seed, index, stream, dtype):
@@ -106,14 +116,18 @@ class RandomFourierBasis(WeightBasis):
         self.kernel, self.num_features, self.input_dim, self.seed = kernel, int(num_features), int(input_dim), int(seed)
 
     def frequencies(self, I, dtype):
-        """``Omega_I``, ``(len(I), D)``, before the lengthscale: from the normalised spectral density."""
-        xp = namespace(I)
-        omega = counter_normal(self.seed, I, range(1, 1 + self.input_dim), dtype)
+        """``(Omega_I, b_I)``: the frequencies ``(len(I), D)`` before the lengthscale, from the
+        normalised spectral density (normal streams ``1..D``, and ``D + 1..D + 2 nu`` for a
+        Matern's chi-squared), and the phases ``(len(I),)`` (uniform stream 0), from one hash
+        (a compiled step holds one set of its operations per call, not one per kind of draw)."""
+        xp, D = namespace(I), self.input_dim
+        u = _uniforms(self.seed, I, [0] + _normal_streams(range(1, 1 + D + (self.degrees or 0))), dtype, xp)
+        normals = _box_muller(u[..., 1:], xp)
+        omega, phase = normals[..., :D], 2 * math.pi * u[..., 0]
         if self.degrees is None:
-            return omega
-        chi2 = xp.sum(counter_normal(self.seed, I, range(1 + self.input_dim, 1 + self.input_dim + self.degrees), dtype)
-                      ** 2, axis=-1)
-        return omega * xp.sqrt(self.degrees / chi2)[:, None]
+            return omega, phase
+        chi2 = xp.sum(normals[..., D:] ** 2, axis=-1)
+        return omega * xp.sqrt(self.degrees / chi2)[:, None], phase
 
     def features(self, X, I):
         """``Phi[:, I]`` at the rows ``X`` ``(n, D)``: ``(n, len(I))``."""
@@ -121,9 +135,8 @@ class RandomFourierBasis(WeightBasis):
         if X.shape[-1] != self.input_dim:
             raise ValueError(f"X has {X.shape[-1]} columns but the basis has input_dim={self.input_dim}")
         lengthscale, variance = self._lengthscale_and_variance()
-        omega = self.frequencies(I, X.dtype) / lengthscale
-        phase = 2 * math.pi * counter_uniform(self.seed, I, 0, X.dtype)
-        return xp.sqrt(2.0 * variance / self.num_features) * xp.cos(X @ omega.mT + phase)
+        omega, phase = self.frequencies(I, X.dtype)
+        return xp.sqrt(2.0 * variance / self.num_features) * xp.cos(X @ (omega / lengthscale).mT + phase)
 
     def prior_diagonal(self, I):
         """``S_ii = 1`` for ``i`` in ``I`` (whitened weights)."""

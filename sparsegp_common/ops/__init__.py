@@ -13,13 +13,29 @@ import importlib
 import numbers
 
 import array_api_compat
+import numpy as np
 
 _MODULES = {"torch": "_torch", "jax": "_jax", "numpy": "_numpy"}
+
+
+_BY_TYPES = {}  # the arguments' types -> their namespace, where the types alone decide it
 
 
 def namespace(*arrays):
     """The array API namespace shared by ``arrays``: ``None`` and numbers are skipped, and NumPy
     arrays beside torch or JAX ones follow them (as the libraries themselves convert them)."""
+    # every formula asks, many times a step: array_api_compat's inspection once per combination
+    # of types (not for NumPy's: a float0 NumPy array counts as JAX's)
+    types = tuple(map(type, arrays))
+    xp = _BY_TYPES.get(types)
+    if xp is None:
+        xp = _namespace(arrays)
+        if not any(issubclass(t, (np.ndarray, np.generic)) for t in types):
+            _BY_TYPES[types] = xp
+    return xp
+
+
+def _namespace(arrays):
     arrays = [a for a in arrays if a is not None and not isinstance(a, numbers.Number)]
     foreign = [a for a in arrays if not array_api_compat.is_numpy_array(a)]
     return array_api_compat.array_namespace(*(foreign or arrays))
