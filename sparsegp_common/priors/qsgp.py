@@ -480,13 +480,18 @@ def initial_control_state(owner, X, y, support_X, num_basis):
 
 
 def _first_state(owner, prior, X, support_X, num_basis):
-    ops, xp, q = backend(X), namespace(X), prior.chevron()
     support_X = owner._checks.inputs(support_X, "control_variates", prior.input_dim, like=X)
+    # one program in JAX, not one per eager operation before the first step
+    return owner._sites.compiled(_state_at, prior, support_X, num_basis)
+
+
+def _state_at(prior, support_X, num_basis):
+    ops, xp, q, where = backend(support_X), namespace(support_X), prior.chevron(), device(support_X)
     lengthscale, variance = (ops.stop_gradient(a) for a in (prior.kernel.lengthscale, prior.kernel.variance))
     a = _support_product(control_variates.support(support_X, prior.basis.fixed(lengthscale, variance)), q)
-    rows = xp.zeros((2 * num_basis + q.num_dense,), dtype=xp.int32, device=device(X))
+    rows = xp.zeros((2 * num_basis + q.num_dense,), dtype=xp.int32, device=where)
     return control_variates.State(support_X, a, rows, ops.stop_gradient(_columns(q, rows)), lengthscale, variance,
-                                  xp.asarray(0, dtype=xp.int32, device=device(X)))
+                                  xp.asarray(0, dtype=xp.int32, device=where))
 
 
 class QuadruplyStochasticELBO:
