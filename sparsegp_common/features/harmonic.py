@@ -438,9 +438,12 @@ def _flip_terms(num_ways, rest, square, exponent, *inner):
     the exponent is clipped or masked, only the factors' part."""
     xp = namespace(exponent, *inner)
     odd = np.array(list(itertools.product((0.0, 1.0), repeat=num_ways)))  # (T, J): the rows of weights()
+    unit = xp.asarray(1.0, dtype=exponent.dtype, device=device(exponent))
     factors, slopes, signs = [], [], []
     for j, c in enumerate(inner):
-        size, sign = xp.abs(c), xp.sign(c)
+        # +-1 by c's sign bit: at c = 0 either gives the same values and slopes (f_j or f_j' is 0
+        # there), and it is one pass where the array API's sign (NaN-preserving) takes three in torch
+        size, sign = xp.abs(c), xp.copysign(unit, c)
         exponent = exponent + (size - c if rest else size)
         t = xp.exp(-2 * size)
         signed = sign * t
