@@ -39,7 +39,7 @@ def _per_matrix(fn, *stacks):
     if size <= _UNROLLED:
         # split rather than indexed: its transpose is one concatenation, not a sum of padded copies
         parts = zip(*(lax.split(s, (1,) * size) for s in flat))
-        out = jnp.concatenate([fn(*(p[0] for p in part))[None] for part in parts])
+        out = jnp.stack([fn(*(p[0] for p in part)) for part in parts])
     else:
         out = lax.map(lambda args: fn(*args), flat)
     return out.reshape(batch + out.shape[-2:])
