@@ -22,7 +22,7 @@ SUITES = {
     "heap": "benchmarks.heap",
     "gpu": "benchmarks.gpu",
 }
-ON_GPU = {"peers", "harmonic", "gpu"}  # the suites whose runners place their tensors (harness.tensor)
+ON_GPU = {"peers", "harmonic", "qsgp", "gpu"}  # the suites whose runners place their tensors (harness.tensor)
 
 
 def _have_gpu():
