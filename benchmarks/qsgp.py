@@ -333,6 +333,20 @@ def predict(backend, model, X):
     return tuple(np.asarray(a, dtype=np.float64) for a in (prediction.mean, prediction.variance))
 
 
+def scores(mean, var, y):
+    """Test RMSE and NLPD of ``y`` under ``N(mean, var)``, as row entries."""
+    return {"rmse": float(np.sqrt(np.mean((mean - y) ** 2))), "nlpd": harness.gaussian_nlpd(mean, var, y)}
+
+
+def steps_until(steps, start, seconds):
+    """Step ``steps`` (at least once) until ``seconds`` after ``start``; returns how many steps."""
+    done = 0
+    while done < 1 or time.perf_counter() - start < seconds:
+        steps.step()
+        done += 1
+    return done
+
+
 def accuracy_models(opts):
     """``(label, num_dense, optimal_diagonal, the paper's row)`` of the accuracy part, in order: the
     SVGP last (it trains for QSGP-0's seconds). The paper does not say how C started; the second
@@ -352,12 +366,10 @@ def accuracy_rows(opts):
         hypers = harness.exact_gp_hyperparameters(X, y, num_points=opts["exact_points"])
         budget = None  # QSGP-0's seconds, the SVGP's budget
         for label, num_dense, optimal_diagonal, paper in accuracy_models(opts):
-            start, done = time.perf_counter(), 0
+            start = time.perf_counter()
             if num_dense is None:
                 steps, model = svgp_fit(backend, X, y, opts["svgp_M"], opts["batch"], hypers=hypers)
-                while done < 1 or time.perf_counter() - start < budget:
-                    steps.step()
-                    done += 1
+                done = steps_until(steps, start, budget)
             else:
                 steps, model = qsgp_fit(backend, X, y, opts["accuracy_m"], num_dense, opts["accuracy_num_basis"],
                                         opts["support"], opts["batch"], hypers=hypers, num_steps=opts["steps"],
@@ -372,9 +384,8 @@ def accuracy_rows(opts):
                          "backend": backend, "device": harness.device_name(), "model": label,
                          "m": opts["accuracy_m"] if num_dense is not None else opts["svgp_M"],
                          "num_basis": opts["accuracy_num_basis"], "support": opts["support"], "steps": done,
-                         "seconds": seconds, "hyper_lr": opts["hyper_lr"],
-                         "rmse": float(np.sqrt(np.mean((mean - yt_std) ** 2))),
-                         "nlpd": harness.gaussian_nlpd(mean, var, yt_std), "paper_rmse": TABLE2[name][paper][0],
+                         "seconds": seconds, "hyper_lr": opts["hyper_lr"], **scores(mean, var, yt_std),
+                         "paper_rmse": TABLE2[name][paper][0],
                          "paper_mnlp": TABLE2[name][paper][1], "batch": opts["batch"], "dtype": "float32",
                          "threads": harness.threads()})
     return rows
@@ -397,7 +408,7 @@ def inducing_rows(opts):
     start = time.perf_counter()
     mean, var = harness.exact_gp_predict(X, y, Xt, hypers)
     out = [{**base, "model": f"exact GP (n = {n})", "steps": 0, "seconds": time.perf_counter() - start,
-            "rmse": float(np.sqrt(np.mean((mean - yt_std) ** 2))), "nlpd": harness.gaussian_nlpd(mean, var, yt_std)}]
+            **scores(mean, var, yt_std)}]
     start = time.perf_counter()
     steps, model = inducing_fit("pyro", X, y, opts["inducing_num_basis"], opts["inducing_support"],
                                 opts["inducing_num_basis"], hypers, lr=INDUCING_LR)
@@ -408,20 +419,16 @@ def inducing_rows(opts):
         done = checkpoint
         mean, var = predict("pyro", model, Xt)
         out.append({**base, "model": "QSGP-0", "steps": done, "seconds": time.perf_counter() - start,
-                    "rmse": float(np.sqrt(np.mean((mean - yt_std) ** 2))), "nlpd": harness.gaussian_nlpd(mean, var, yt_std)})
+                    **scores(mean, var, yt_std)})
     steps.close()
     # our SVGP with the same hyperparameters held, for as long as QSGP-0 trained
     budget, start = out[-1]["seconds"], time.perf_counter()
     steps, model = svgp_fit("pyro", X, y, opts["svgp_M"], opts["batch"], hypers=hypers, hold=True)
-    done = 0
-    while time.perf_counter() - start < budget:
-        steps.step()
-        done += 1
+    done = steps_until(steps, start, budget)
     steps.close()
     mean, var = predict("pyro", model, Xt)
     out.append({**base, "model": f"SVGP-{opts['svgp_M']} (held, same seconds)", "steps": done,
-                "seconds": time.perf_counter() - start, "rmse": float(np.sqrt(np.mean((mean - yt_std) ** 2))),
-                "nlpd": harness.gaussian_nlpd(mean, var, yt_std)})
+                "seconds": time.perf_counter() - start, **scores(mean, var, yt_std)})
     return out
 
 
