@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.linalg import solve_triangular
 
 from ..linalg import CholeskyError
 from . import plain_moments
@@ -48,7 +47,13 @@ def _per_matrix(fn, *stacks):
 def solve_lower(L, B, transpose=False):
     batch = jnp.broadcast_shapes(L.shape[:-2], B.shape[:-2])
     L, B = jnp.broadcast_to(L, batch + L.shape[-2:]), jnp.broadcast_to(B, batch + B.shape[-2:])
-    return _per_matrix(lambda L, B: solve_triangular(L, B, lower=True, trans=1 if transpose else 0), L, B)
+    return _per_matrix(functools.partial(_solve_lower, transpose=transpose), L, B)
+
+
+def _solve_lower(L, B, transpose):
+    # solved on the right, as B^T L^-T: LAPACK's column-major B^T is B's row-major layout, so XLA
+    # copies nothing in or out (as the torch backend)
+    return lax.linalg.triangular_solve(L, B.mT, left_side=False, lower=True, transpose_a=not transpose).mT
 
 
 def cholesky(A, levels, message, dtype):
