@@ -54,6 +54,7 @@ OPS = {
     "recurrence": "`(step, first, second, coefficients, count)`: a three-term recurrence, stacked",
     "wide": "`(x, like)`: `x` in the accumulating dtype (float64 where available)",
     "cast_like": "`(x, like)`: `x` in the dtype of `like`",
+    "from_host": "`(x, like)`: the NumPy array `x` as a new array in the dtype and on the device of `like`, without device programs",
     "dbk_moments": "`(Phi, y, s)`: the deep-basis-kernel moments accumulated in float64",
     "softplus": "`(x)`", "lgamma": "`(x)`", "ndtr": "`(x)`", "ndtri": "`(p)`", "log_ndtr": "`(x)`",
     "logsumexp": "`(x, axis)`", "softmax": "`(x, axis)`",

@@ -288,6 +288,13 @@ def cast_like(x, like):
     return x.astype(like.dtype)
 
 
+def from_host(x, like):
+    """The NumPy array ``x`` in the dtype and on the device of the concrete ``like``, converted on
+    the host (an eager operation on the device would compile a program of its own)."""
+    x = np.asarray(x, dtype=like.dtype)
+    return jax.device_put(x, like.sharding) if is_concrete(like) else jnp.asarray(x)
+
+
 def dbk_moments(Phi, y, s=None):
     """See :func:`sparsegp_common.ops.plain_moments` (accumulated in float64 with ``jax_enable_x64``)."""
     return plain_moments(Phi, y, s, _wide_dtype())

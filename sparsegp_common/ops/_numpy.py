@@ -107,6 +107,11 @@ def cast_like(x, like):
     return x.astype(like.dtype, copy=False)
 
 
+def from_host(x, like):
+    """A copy of ``x`` in the dtype of ``like``."""
+    return np.array(x, dtype=like.dtype)
+
+
 def dbk_moments(Phi, y, s=None):
     """See :func:`sparsegp_common.ops.plain_moments` (accumulated in float64)."""
     return plain_moments(Phi, y, s, np.float64)

@@ -242,6 +242,11 @@ def cast_like(x, like):
     return x.to(like)
 
 
+def from_host(x, like):
+    """The NumPy array ``x`` as a new tensor in the dtype and on the device of ``like``."""
+    return torch.tensor(x, dtype=like.dtype, device=like.device)
+
+
 def dbk_moments(Phi, y, s=None):
     """``Phi^T S^-1 Phi``, ``Phi^T S^-1 y``, ``y^T S^-1 y`` (float64) and ``|phi_n|^2`` (dtype of
     ``Phi``) for ``S = diag(s)`` (``s`` float64 ``(N,)``; None: ``S = I``), by the blocked

@@ -13,9 +13,10 @@ q(u), so a new family (block-diagonal, natural parameters) is a new class, not a
 * ``initial(...)`` (class method): parameters at the prior, and ``q_sqrt_constraint``.
 """
 import array_api_compat
+import numpy as np
 
 from sparsegp_common.linalg import solve_lower
-from sparsegp_common.ops import device, namespace
+from sparsegp_common.ops import backend, device, namespace
 
 __all__ = ["CholeskyGaussian", "DiagonalGaussian", "PointMass", "family", "prior_distribution"]  # what the backends re-export
 
@@ -31,11 +32,12 @@ class CholeskyGaussian:
     @classmethod
     def initial(cls, num_inducing, batch_shape, like, Luu=None):
         """``(q_mu, q_sqrt)`` at the prior: ``q_sqrt = I`` (whitened, ``Luu=None``) or ``Luu``."""
-        xp = namespace(like)
-        q_mu = xp.zeros(tuple(batch_shape) + (num_inducing,), dtype=like.dtype, device=device(like))
-        eye = xp.eye(num_inducing, dtype=like.dtype, device=device(like))
-        shape = tuple(batch_shape) + (num_inducing, num_inducing)
-        return q_mu, xp.asarray(xp.broadcast_to(eye if Luu is None else Luu, shape), copy=True)
+        shape = tuple(batch_shape) + (num_inducing,)
+        q_mu = backend(like).from_host(np.zeros(shape), like)
+        if Luu is None:
+            return q_mu, backend(like).from_host(np.broadcast_to(np.eye(num_inducing), shape + (num_inducing,)), like)
+        xp = namespace(Luu)
+        return q_mu, xp.asarray(xp.broadcast_to(Luu, shape + (num_inducing,)), copy=True)
 
     def scale_diagonal(self):
         return namespace(self.q_sqrt).linalg.diagonal(self.q_sqrt)
@@ -65,10 +67,12 @@ class DiagonalGaussian(CholeskyGaussian):
     @classmethod
     def initial(cls, num_inducing, batch_shape, like, Luu=None):
         """``(q_mu, q_sqrt)`` at the prior marginals: ``q_sqrt = 1`` (whitened) or ``diag(Luu)``."""
-        xp = namespace(like)
-        q_mu = xp.zeros(tuple(batch_shape) + (num_inducing,), dtype=like.dtype, device=device(like))
-        scale = xp.ones_like(q_mu) if Luu is None else xp.broadcast_to(xp.linalg.diagonal(Luu), q_mu.shape)
-        return q_mu, xp.asarray(scale, copy=True)
+        shape = tuple(batch_shape) + (num_inducing,)
+        q_mu = backend(like).from_host(np.zeros(shape), like)
+        if Luu is None:
+            return q_mu, backend(like).from_host(np.ones(shape), like)
+        xp = namespace(Luu)
+        return q_mu, xp.asarray(xp.broadcast_to(xp.linalg.diagonal(Luu), shape), copy=True)
 
     def scale_diagonal(self):
         return self.q_sqrt
