@@ -31,13 +31,18 @@ class CholeskyGaussian:
 
     @classmethod
     def initial(cls, num_inducing, batch_shape, like, Luu=None):
-        """``(q_mu, q_sqrt)`` at the prior: ``q_sqrt = I`` (whitened, ``Luu=None``) or ``Luu``."""
+        """``(q_mu, q_sqrt)`` at the prior, ``q_mu = 0`` of shape ``batch_shape + (M,)``; the
+        whitened tables (``Luu=None``) are built on the host, so that JAX compiles nothing."""
         shape = tuple(batch_shape) + (num_inducing,)
-        q_mu = backend(like).from_host(np.zeros(shape), like)
+        return backend(like).from_host(np.zeros(shape), like), cls._initial_scale(shape, like, Luu)
+
+    @staticmethod
+    def _initial_scale(shape, like, Luu):
+        """``q_sqrt = I`` (whitened) or ``Luu``, ``shape + (M,)``."""
         if Luu is None:
-            return q_mu, backend(like).from_host(np.broadcast_to(np.eye(num_inducing), shape + (num_inducing,)), like)
+            return backend(like).from_host(np.broadcast_to(np.eye(shape[-1]), shape + shape[-1:]), like)
         xp = namespace(Luu)
-        return q_mu, xp.asarray(xp.broadcast_to(Luu, shape + (num_inducing,)), copy=True)
+        return xp.asarray(xp.broadcast_to(Luu, shape + shape[-1:]), copy=True)
 
     def scale_diagonal(self):
         return namespace(self.q_sqrt).linalg.diagonal(self.q_sqrt)
@@ -64,15 +69,13 @@ class DiagonalGaussian(CholeskyGaussian):
 
     q_sqrt_constraint = "positive"
 
-    @classmethod
-    def initial(cls, num_inducing, batch_shape, like, Luu=None):
-        """``(q_mu, q_sqrt)`` at the prior marginals: ``q_sqrt = 1`` (whitened) or ``diag(Luu)``."""
-        shape = tuple(batch_shape) + (num_inducing,)
-        q_mu = backend(like).from_host(np.zeros(shape), like)
+    @staticmethod
+    def _initial_scale(shape, like, Luu):
+        """``q_sqrt`` at the prior marginals: ``1`` (whitened) or ``diag(Luu)``, ``shape``."""
         if Luu is None:
-            return q_mu, backend(like).from_host(np.ones(shape), like)
+            return backend(like).from_host(np.ones(shape), like)
         xp = namespace(Luu)
-        return q_mu, xp.asarray(xp.broadcast_to(xp.linalg.diagonal(Luu), shape), copy=True)
+        return xp.asarray(xp.broadcast_to(xp.linalg.diagonal(Luu), shape), copy=True)
 
     def scale_diagonal(self):
         return self.q_sqrt
