@@ -1,4 +1,4 @@
-"""Suite ``qsgp``: quadruply stochastic GPs (Evans and Nair, 2020), four parts.
+"""Suite ``qsgp``: quadruply stochastic GPs (Evans and Nair, 2020), five parts.
 
 * ``speed``: median seconds per step of ``fit`` (float32, batch 500, both backends) and the peak
   resident memory while building and stepping, on 1,000,000 rows of flights_3m (kin40k where it
@@ -32,6 +32,12 @@
   ``m = 10^5``, on the CPU ``num_basis = 2000`` and 10,000 steps (hours here), on a GPU
   (``--device cuda``) the paper's ``num_basis = 10^4``, ``10^5`` steps and Adam ``10^-5``. NumPyro
   on a GPU (its compiled step is the fast one there), Pyro on the CPU.
+* ``convergence``: is the Table 2 gap the number of steps? QSGP-0 on kin40k at the paper's ``m``
+  (10^5) and ``num_basis`` (10^4), from the exact GP's hyperparameters, through the paper's
+  schedule (AdaGrad 0.1 and Adam 10^-5, both decaying tenfold over the run, the hyperparameters
+  held for its first tenth), with the test RMSE and NLPD at several steps along it: full, the
+  paper's 10^5 steps, at batch and control-variate rows of 100 on the CPU (Pyro, 0.08 s a step
+  here) and the paper's 500 on a GPU (NumPyro); quick, 5,000 steps at 100.
 * ``variance``: the paper's control-variate study (Sec. 4.2, Fig. 1) on kin40k: ``m`` random
   Fourier features (10^4) of the exact GP's squared exponential, ``mu`` one draw from the prior,
   ``n~ = m~ = 500``; for each number of support rows ``n_bar`` (0: no control variate), the
@@ -47,12 +53,13 @@ import numpy as np
 
 from . import harness
 
-PARTS = ("speed", "accuracy", "inducing", "variance")
+PARTS = ("speed", "accuracy", "inducing", "convergence", "variance")
 BATCH, NUM_DENSE, SUPPORT = 500, 10, 500
 HYPER_LR = 1e-3  # the paper's 1e-5 suits its 10^5 steps; shorter runs take a larger rate
 ACCURACY_SETS, TABLE2_DENSE = ("kin40k", "protein", "keggdirected"), 100
 # Evans and Nair (2020), Table 2: RMSE (mean of 5 splits) and MNLP (the first split), standardised
 # targets; their SVGP is GPflow's with 512 inducing inputs and the hyperparameters learnt
+PAPER_STEPS, PAPER_HYPER_LR = 100_000, 1e-5
 TABLE2 = {
     "kin40k": {"QSGP-0": (0.174, 0.135), "QSGP-100": (0.175, 0.139), "SVGP-512": (0.247, 0.055)},
     "protein": {"QSGP-0": (0.602, 1.34), "QSGP-100": (0.602, 1.34), "SVGP-512": (0.542, 1.06)},
@@ -67,6 +74,7 @@ def settings(quick):
                 "accuracy_sets": ("kin40k",), "accuracy_dense": 2, "hyper_lr": HYPER_LR,
                 "accuracy_m": 200, "accuracy_num_basis": 20, "steps": 3, "support": 20, "batch": 50, "exact_points": 50,
                 "inducing_n": 300, "inducing_num_basis": 50, "inducing_support": 20, "inducing_steps": (2, 4),
+                "convergence_m": 200, "convergence_num_basis": 20, "convergence_batch": 20, "convergence_steps": (2, 4),
                 "variance_m": 200, "variance_draws": 20, "variance_basis": 20, "variance_supports": (0, 10, 40),
                 "evaluations": 20}
     if quick:
@@ -75,6 +83,8 @@ def settings(quick):
                 "accuracy_m": 10_000, "accuracy_num_basis": 1000, "steps": 2000, "support": SUPPORT,
                 "batch": BATCH, "exact_points": 1000, "inducing_n": 5000, "inducing_num_basis": 1000,
                 "inducing_support": 200, "inducing_steps": (1000, 3000),
+                "convergence_m": 100_000, "convergence_num_basis": 10_000, "convergence_batch": 100,
+                "convergence_steps": (1250, 2500, 5000),
                 "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
                 "variance_supports": (0, 100, 300, 500, 1000), "evaluations": 300}
     return {"ms": (1_000, 10_000, 100_000, 1_000_000, 10_000_000), "num_basis": 10_000, "repeats": 5,
@@ -85,6 +95,10 @@ def settings(quick):
             "support": SUPPORT,
             "batch": BATCH, "exact_points": 1000, "inducing_n": 20_000, "inducing_num_basis": 3000,
             "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000),
+            "convergence_m": 100_000, "convergence_num_basis": 10_000,
+            "convergence_batch": 100 if harness.DEVICE == "cpu" else BATCH,  # the paper's 500: 0.16 s a step here
+            "convergence_steps": (2500, 5000, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
+                                  90_000, PAPER_STEPS),
             "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
             "variance_supports": (0, 50, 100, 200, 300, 500, 1000, 2000), "evaluations": 1000}
 
@@ -96,6 +110,8 @@ def run(quick, parts=PARTS):
         rows += accuracy_rows(opts)
     if "inducing" in parts:
         rows += inducing_rows(opts)
+    if "convergence" in parts:
+        rows += convergence_rows(opts)
     if "variance" in parts:
         rows += variance_rows(opts)
     return rows
@@ -127,6 +143,15 @@ def _inducing_title(row):
             f"trained for as many seconds; {row['dtype']}, {row['threads']} threads; standardised target units")
 
 
+def _convergence_title(row):
+    backend = {"pyro": "Pyro", "numpyro": "NumPyro"}[row["backend"]]
+    return (f"qsgp convergence (the paper's Table 2 protocol along one run): {row['dataset']} split 0, {backend} on "
+            f"{row['device']}, QSGP-0 on m = {row['m']} random Fourier features (ARD SE), num_basis "
+            f"{row['num_basis']}, batch and control-variate rows {row['batch']}, from an exact GP's hyperparameters, "
+            f"AdaGrad 0.1 (q) and Adam {row['hyper_lr']:g} (held for the first tenth), both decaying tenfold over "
+            f"{row['total_steps']} steps; {row['dtype']}, {row['threads']} threads; standardised target units")
+
+
 def _variance_title(row):
     return (f"qsgp control variates (the paper's Fig. 1 study): {row['dataset']}, m = {row['m']} random Fourier "
             f"features of the exact GP's squared exponential, mu a prior draw, n~ = {row['num_rows']}, m~ = "
@@ -147,6 +172,9 @@ TABLES = {
                                    ("seconds", "seconds", "{:.0f}")]),
     "inducing": (_inducing_title, [("model", "model", "{}"), ("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
                                    ("NLPD", "nlpd", "{:.4f}"), ("seconds", "seconds", "{:.0f}")]),
+    "convergence": (_convergence_title, [("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
+                                         ("NLPD", "nlpd", "{:.4f}"), ("paper's RMSE", "paper_rmse", "{:.3f}"),
+                                         ("paper's MNLP", "paper_mnlp", "{:.3f}"), ("seconds", "seconds", "{:.0f}")]),
     "variance": (_variance_title, [("support rows n_bar", "support", "{}"),
                                    ("variance of the estimate", "value_ratio", "{:.4f}"),
                                    ("variance of its gradient (mean over entries)", "gradient_ratio", "{:.4f}"),
@@ -429,6 +457,37 @@ def inducing_rows(opts):
     mean, var = predict("pyro", model, Xt)
     out.append({**base, "model": f"SVGP-{opts['svgp_M']} (held, same seconds)", "steps": done,
                 "seconds": time.perf_counter() - start, **scores(mean, var, yt_std)})
+    return out
+
+
+# -- one long run of the Table 2 protocol ------------------------------------------------------------
+
+
+def convergence_rows(opts):
+    """QSGP-0's test RMSE and NLPD on kin40k after each of ``convergence_steps`` steps of one run
+    of the paper's Table 2 schedule (see the module docstring)."""
+    problem = harness.regression_problem("kin40k")
+    X, y, Xt, yt, scaler = (problem[k] for k in ("X_train", "y_train", "X_test", "y_test", "y_scaler"))
+    yt_std = scaler.transform(yt)
+    hypers = harness.exact_gp_hyperparameters(X, y, num_points=opts["exact_points"])
+    backend, checkpoints, batch = accuracy_backend(), opts["convergence_steps"], opts["convergence_batch"]
+    dataset = "kin40k" + (" (synthetic)" if problem["synthetic"] else "")
+    base = {"suite": "qsgp", "part": "convergence", "dataset": dataset, "backend": backend,
+            "device": harness.device_name(), "model": "QSGP-0", "m": opts["convergence_m"],
+            "num_basis": opts["convergence_num_basis"], "batch": batch, "total_steps": checkpoints[-1],
+            "hyper_lr": PAPER_HYPER_LR, "paper_rmse": TABLE2["kin40k"]["QSGP-0"][0],
+            "paper_mnlp": TABLE2["kin40k"]["QSGP-0"][1], "dtype": "float32", "threads": harness.threads()}
+    start = time.perf_counter()
+    steps, model = qsgp_fit(backend, X, y, opts["convergence_m"], 0, opts["convergence_num_basis"], batch, batch,
+                            hypers=hypers, num_steps=checkpoints[-1], hyper_lr=PAPER_HYPER_LR)
+    out, done = [], 0
+    for checkpoint in checkpoints:
+        for _ in range(checkpoint - done):
+            steps.step()
+        done = checkpoint
+        seconds = time.perf_counter() - start
+        out.append({**base, "steps": done, "seconds": seconds, **scores(*predict(backend, model, Xt), yt_std)})
+    steps.close()
     return out
 
 

@@ -261,9 +261,10 @@ def test_qsgp_quick(tmp_path):
     speed = [row for row in rows if row["part"] == "speed"]
     accuracy = [row for row in rows if row["part"] == "accuracy"]
     inducing = [row for row in rows if row["part"] == "inducing"]
+    convergence = [row for row in rows if row["part"] == "convergence"]
     variance = [row for row in rows if row["part"] == "variance"]
     assert lines[0].startswith("| model | m | loss | Pyro | NumPyro (jit) |")
-    assert len(lines) == 4 * 2 + len(rows)
+    assert len(lines) == 5 * 2 + len(rows)
     check_meta(speed[0], "qsgp")
     assert [row["m"] for row in speed] == [200, 200, 16]
     assert all(row["seconds_pyro"] > 0 and row["seconds_numpyro"] > 0 for row in speed)
@@ -281,6 +282,10 @@ def test_qsgp_quick(tmp_path):
                                                                        ("QSGP-0", 4)]
     assert inducing[3]["model"] == "SVGP-16 (held, same seconds)" and inducing[3]["steps"] >= 1
     assert all(math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 3 for row in inducing)
+    assert [(row["steps"], row["total_steps"], row["hyper_lr"]) for row in convergence] == [(2, 4, 1e-5), (4, 4, 1e-5)]
+    assert convergence[1]["seconds"] > convergence[0]["seconds"] and convergence[0]["paper_rmse"] == 0.174
+    assert convergence[1]["rmse"] != convergence[0]["rmse"]  # the model trained between the two
+    assert all(math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 3 for row in convergence)
     assert [row["support"] for row in variance] == [0, 10, 40]
     assert variance[0]["value_ratio"] == variance[0]["gradient_ratio"] == 1.0
     assert all(row["value_variance"] > 0 and row["gradient_variance"] > 0 and math.isfinite(row["z"]) for row in variance)
