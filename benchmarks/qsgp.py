@@ -123,14 +123,17 @@ def _speed_title(row):
             "peak: the resident memory's high-water mark while building and stepping, above the resident set before")
 
 
+BACKEND_NAMES = {"pyro": "Pyro", "numpyro": "NumPyro"}
+
+
 def _accuracy_title(row):
-    backend = {"pyro": "Pyro", "numpyro": "NumPyro"}[row["backend"]]
-    return (f"qsgp accuracy (the paper's Table 2 protocol): split 0, {backend} on {row['device']}, m = {row['m']} "
-            f"random Fourier features (ARD SE), num_basis {row['num_basis']}, control variates on {row['support']} "
-            f"rows, AdaGrad 0.1 (q) and Adam {row['hyper_lr']:g} (held for the first tenth), both decaying tenfold, "
-            f"{row['steps']} steps; SVGP: Adam 0.01 for as many seconds as QSGP-0; all from an exact GP's "
-            f"hyperparameters, batch {row['batch']}, {row['dtype']}, {row['threads']} threads; standardised target "
-            "units; the paper's RMSE is the mean of 5 splits, its MNLP the first split's")
+    return (f"qsgp accuracy (the paper's Table 2 protocol): split 0, {BACKEND_NAMES[row['backend']]} on "
+            f"{row['device']}, m = {row['m']} random Fourier features (ARD SE), num_basis {row['num_basis']}, "
+            f"control variates on {row['support']} rows, AdaGrad 0.1 (q) and Adam {row['hyper_lr']:g} (held for "
+            f"the first tenth), both decaying tenfold, {row['steps']} steps; SVGP: Adam 0.01 for as many seconds "
+            f"as QSGP-0; all from an exact GP's hyperparameters, batch {row['batch']}, {row['dtype']}, "
+            f"{row['threads']} threads; standardised target units; the paper's RMSE is the mean of 5 splits, its "
+            "MNLP the first split's")
 
 
 def _inducing_title(row):
@@ -144,12 +147,12 @@ def _inducing_title(row):
 
 
 def _convergence_title(row):
-    backend = {"pyro": "Pyro", "numpyro": "NumPyro"}[row["backend"]]
-    return (f"qsgp convergence (the paper's Table 2 protocol along one run): {row['dataset']} split 0, {backend} on "
-            f"{row['device']}, QSGP-0 on m = {row['m']} random Fourier features (ARD SE), num_basis "
-            f"{row['num_basis']}, batch and control-variate rows {row['batch']}, from an exact GP's hyperparameters, "
-            f"AdaGrad 0.1 (q) and Adam {row['hyper_lr']:g} (held for the first tenth), both decaying tenfold over "
-            f"{row['total_steps']} steps; {row['dtype']}, {row['threads']} threads; standardised target units")
+    return (f"qsgp convergence (the paper's Table 2 protocol along one run): {row['dataset']} split 0, "
+            f"{BACKEND_NAMES[row['backend']]} on {row['device']}, QSGP-0 on m = {row['m']} random Fourier "
+            f"features (ARD SE), num_basis {row['num_basis']}, batch and control-variate rows {row['batch']}, from "
+            f"an exact GP's hyperparameters, AdaGrad 0.1 (q) and Adam {row['hyper_lr']:g} (held for the first "
+            f"tenth), both decaying tenfold over {row['total_steps']} steps; {row['dtype']}, {row['threads']} "
+            "threads; standardised target units")
 
 
 def _variance_title(row):
