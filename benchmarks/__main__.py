@@ -41,8 +41,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="the short version run in CI (< 2 minutes)")
     parser.add_argument("--part", action="append",
                         help="run only this part of a suite that has parts (harmonic: speed, accuracy, classification; "
-                             "qsgp: speed, accuracy, inducing, convergence, variance; gpu: steps, memory, startup, graphs); "
-                             "repeatable")
+                             "qsgp: speed, accuracy, inducing, convergence, variance; gpu: steps, memory, startup, "
+                             "graphs); repeatable")
     parser.add_argument("--out", help="JSON-lines file to append to (default: outputs/benchmarks/<suite>.jsonl)")
     parser.add_argument("--threads", type=int, default=2, help="threads for torch and XLA (default 2)")
     parser.add_argument("--device", choices=("cpu", "cuda"),
