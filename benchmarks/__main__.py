@@ -1,5 +1,6 @@
-"""``python -m benchmarks <suite> [--quick] [--part PART] [--out PATH] [--threads N] [--device cpu|cuda]``: run a suite, print its
-markdown table and append its rows as JSON lines (with the command, date, versions and machine)."""
+"""``python -m benchmarks <suite> [--quick] [--part PART] [--out PATH] [--threads N] [--device cpu|cuda] [--state DIR]``:
+run a suite, print its markdown table and append its rows as JSON lines (with the command, date, versions and
+machine)."""
 import argparse
 import importlib
 import time
@@ -48,6 +49,8 @@ def main(argv=None):
     parser.add_argument("--device", choices=("cpu", "cuda"),
                         help="where torch and JAX run (cuda: an NVIDIA GPU; default cpu, and for suite gpu "
                              "cuda where torch sees one)")
+    parser.add_argument("--state", help="keep the long runs' checkpoints and rows in this directory, and continue a "
+                                        "stopped run from them when the same command runs again (qsgp: convergence)")
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error(f"--threads must be a positive integer, got {args.threads}")
@@ -58,6 +61,7 @@ def main(argv=None):
     if args.device is None:
         args.device = "cuda" if args.suite == "gpu" and _have_gpu() else "cpu"
     harness.use_device(args.device)
+    harness.STATE = args.state
     suite = importlib.import_module(SUITES[args.suite])
     start = time.perf_counter()
     if args.part:

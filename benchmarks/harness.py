@@ -78,6 +78,66 @@ def use_device(name):
     DEVICE = name
 
 
+STATE = None  # set by --state: the directory where long runs keep what they need to continue
+
+
+class Resumable:
+    """What a long run keeps under the ``--state`` directory (:data:`STATE`) so that, stopped,
+    it continues where it stopped when the same command runs again: ``fit``'s checkpoint
+    (parameters, optimisers, RNG, the objective's state: a resumed fit reaches the parameters of
+    an uninterrupted one), the rows measured so far, and its clock (seconds of training at each
+    checkpoint; a resumed process adds its own set-up once more).
+
+    Args:
+        name: the run's file names under :data:`STATE` (one name per configuration).
+        checkpoint_every: steps between checkpoints (the most a stop loses).
+        backend: ``"pyro"`` or ``"numpyro"`` (the checkpoint's format).
+    """
+
+    def __init__(self, name, checkpoint_every, backend):
+        base = Path(STATE) / name
+        base.parent.mkdir(parents=True, exist_ok=True)
+        self.checkpoint = base.with_name(base.name + (".pt" if backend == "pyro" else ".npz"))
+        self._rows_path, self._clock_path = (base.with_name(base.name + s) for s in (".rows.json", ".clock.json"))
+        self.every = int(checkpoint_every)
+        self.rows = _read_json(self._rows_path, [])
+        self._clock = {int(step): seconds for step, seconds in _read_json(self._clock_path, {}).items()}
+        self._start, self._offset, self.resumed_from = time.perf_counter(), 0.0, None
+
+    def fit_options(self):
+        """``fit``'s arguments that checkpoint the run and continue it (from its first step)."""
+        return {"checkpoint": str(self.checkpoint), "checkpoint_every": self.every, "resume": True,
+                "callbacks": [self._tick]}
+
+    def _tick(self, state):
+        if self.resumed_from is None:  # this process's first step: the fit continued from the step before
+            self.resumed_from = state.step - 1
+            self._offset = self._clock.get(self.resumed_from, 0.0)
+        if state.step % self.every == 0:  # fit saves its checkpoint of this step next
+            self._clock[state.step] = self.seconds()
+            _write_json(self._clock_path, self._clock)
+
+    def seconds(self):
+        """Seconds of training so far, over every process of the run."""
+        return self._offset + time.perf_counter() - self._start
+
+    def record(self, row):
+        """Keep ``row`` (a dict with ``"steps"``); rows of later steps, measured after the checkpoint a
+        resumed run continued from, are dropped."""
+        self.rows = [r for r in self.rows if r["steps"] < row["steps"]] + [row]
+        _write_json(self._rows_path, self.rows)
+
+
+def _read_json(path, default):
+    return json.loads(path.read_text()) if path.exists() else default
+
+
+def _write_json(path, value):
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)  # a stop never leaves half a file
+
+
 def tensor(x, dtype=None):
     """``x`` as a torch tensor on the suite's device (float32 unless ``dtype`` says otherwise).
     Explicit rather than ``torch.set_default_device``, whose per-call hook would slow the peers'

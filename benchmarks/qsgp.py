@@ -36,8 +36,10 @@
   (10^5) and ``num_basis`` (10^4), from the exact GP's hyperparameters, through the paper's
   schedule (AdaGrad 0.1 and Adam 10^-5, both decaying tenfold over the run, the hyperparameters
   held for its first tenth), with the test RMSE and NLPD at several steps along it: full, the
-  paper's 10^5 steps, at batch and control-variate rows of 100 on the CPU (Pyro, 0.08 s a step
-  here) and the paper's 500 on a GPU (NumPyro); quick, 5,000 steps at 100.
+  paper's 10^5 steps at its batch and control-variate rows of 500 (Pyro on the CPU, 4.5 hours
+  here; NumPyro on a GPU); quick, 5,000 steps at 100. With ``--state DIR`` the run keeps its
+  checkpoint and rows in ``DIR`` and, stopped, continues from them when the command runs again
+  (:class:`~benchmarks.harness.Resumable`).
 * ``variance``: the paper's control-variate study (Sec. 4.2, Fig. 1) on kin40k: ``m`` random
   Fourier features (10^4) of the exact GP's squared exponential, ``mu`` one draw from the prior,
   ``n~ = m~ = 500``; for each number of support rows ``n_bar`` (0: no control variate), the
@@ -75,6 +77,7 @@ def settings(quick):
                 "accuracy_m": 200, "accuracy_num_basis": 20, "steps": 3, "support": 20, "batch": 50, "exact_points": 50,
                 "inducing_n": 300, "inducing_num_basis": 50, "inducing_support": 20, "inducing_steps": (2, 4),
                 "convergence_m": 200, "convergence_num_basis": 20, "convergence_batch": 20, "convergence_steps": (2, 4),
+                "convergence_checkpoint_every": 1,
                 "variance_m": 200, "variance_draws": 20, "variance_basis": 20, "variance_supports": (0, 10, 40),
                 "evaluations": 20}
     if quick:
@@ -84,7 +87,7 @@ def settings(quick):
                 "batch": BATCH, "exact_points": 1000, "inducing_n": 5000, "inducing_num_basis": 1000,
                 "inducing_support": 200, "inducing_steps": (1000, 3000),
                 "convergence_m": 100_000, "convergence_num_basis": 10_000, "convergence_batch": 100,
-                "convergence_steps": (1250, 2500, 5000),
+                "convergence_steps": (1250, 2500, 5000), "convergence_checkpoint_every": 250,
                 "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
                 "variance_supports": (0, 100, 300, 500, 1000), "evaluations": 300}
     return {"ms": (1_000, 10_000, 100_000, 1_000_000, 10_000_000), "num_basis": 10_000, "repeats": 5,
@@ -96,9 +99,9 @@ def settings(quick):
             "batch": BATCH, "exact_points": 1000, "inducing_n": 20_000, "inducing_num_basis": 3000,
             "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000),
             "convergence_m": 100_000, "convergence_num_basis": 10_000,
-            "convergence_batch": 100 if harness.DEVICE == "cpu" else BATCH,  # the paper's 500: 0.16 s a step here
+            "convergence_batch": BATCH,  # 0.16 s a step on this CPU: 4.5 hours, which --state can spread over runs
             "convergence_steps": (2500, 5000, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
-                                  90_000, PAPER_STEPS),
+                                  90_000, PAPER_STEPS), "convergence_checkpoint_every": 500,
             "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
             "variance_supports": (0, 50, 100, 200, 300, 500, 1000, 2000), "evaluations": 1000}
 
@@ -379,14 +382,14 @@ def steps_until(steps, start, seconds):
 
 
 def step_through(steps, checkpoints):
-    """Step ``steps`` up to each of the increasing step counts ``checkpoints``, yielding each on
-    reaching it."""
-    done = 0
+    """Step ``steps`` (a :class:`~benchmarks.harness.FitSteps`) up to each of the increasing step
+    counts ``checkpoints``, yielding each on reaching it; a fit resumed from a checkpoint skips
+    those it has passed."""
     for checkpoint in checkpoints:
-        for _ in range(checkpoint - done):
+        while steps.state is None or steps.state.step < checkpoint:
             steps.step()
-        done = checkpoint
-        yield done
+        if steps.state.step == checkpoint:
+            yield checkpoint
 
 
 def accuracy_models(opts):
@@ -487,15 +490,24 @@ def convergence_rows(opts):
             "num_basis": opts["convergence_num_basis"], "batch": batch, "total_steps": checkpoints[-1],
             "hyper_lr": PAPER_HYPER_LR, "paper_rmse": TABLE2["kin40k"]["QSGP-0"][0],
             "paper_mnlp": TABLE2["kin40k"]["QSGP-0"][1], "dtype": "float32", "threads": harness.threads()}
+    run = None
+    if harness.STATE is not None:  # continue a stopped run
+        run = harness.Resumable(f"qsgp-convergence-{backend}-m{base['m']}-basis{base['num_basis']}-batch{batch}-"
+                                f"steps{checkpoints[-1]}", opts["convergence_checkpoint_every"], backend)
+        if run.rows and run.rows[-1]["steps"] == checkpoints[-1]:
+            return run.rows
     start = time.perf_counter()
     steps, model = qsgp_fit(backend, X, y, opts["convergence_m"], 0, opts["convergence_num_basis"], batch, batch,
-                            hypers=hypers, num_steps=checkpoints[-1], hyper_lr=PAPER_HYPER_LR)
+                            hypers=hypers, num_steps=checkpoints[-1], hyper_lr=PAPER_HYPER_LR,
+                            **(run.fit_options() if run else {}))
     out = []
     for done in step_through(steps, checkpoints):
-        seconds = time.perf_counter() - start
+        seconds = run.seconds() if run else time.perf_counter() - start
         out.append({**base, "steps": done, "seconds": seconds, **scores(*predict(backend, model, Xt), yt_std)})
+        if run:
+            run.record(out[-1])
     steps.close()
-    return out
+    return run.rows if run else out
 
 
 # -- the control variates' variance reduction (Fig. 1) -------------------------------------------------
