@@ -212,3 +212,30 @@ def test_numpyro_gradients_match_finite_differences(name, whiten):
     unconstrained = {k: transforms[k].inv(site["value"]) for k, site in sites.items()}
     f = lambda u: handlers.substitute(model.elbo, data=transform_fn(transforms, u))(X, y)  # noqa: E731
     check_grads(f, (unconstrained,), order=1, modes=["rev"], eps=1e-6, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 3e4])
+def test_jax_cos_and_sin_in_float32_on_a_cpu(scale):
+    """JAX's backend evaluates float32 ``cos`` and ``sin`` on a CPU by its own polynomials (XLA's
+    are scalar library calls, several times slower): within a few ulps of the float64 values,
+    eager and jitted, with exact derivatives of every order; other dtypes take JAX's own."""
+    import jax.numpy as jnp
+
+    from sparsegp_common.ops import _jax as ops
+
+    x = (np.random.default_rng(0).normal(size=20000) * scale).astype(np.float32)
+    x[:6] = [0.0, -0.0, np.pi / 2, -np.pi, 2 * np.pi, 1e-30]
+    xs = jnp.asarray(x)
+    for fn, exact, derivative in ((ops.cos, np.cos, lambda v: -np.sin(v)), (ops.sin, np.sin, np.cos)):
+        for version in (fn, jax.jit(fn)):
+            value = version(xs)
+            assert value.dtype == jnp.float32
+            np.testing.assert_allclose(np.asarray(value, np.float64), exact(x.astype(np.float64)), rtol=0, atol=5e-7)
+        assert not np.array_equal(np.asarray(fn(xs)), np.asarray(getattr(jnp, fn.__name__)(xs)))  # the polynomial ran
+        slope = jax.jit(jax.vmap(jax.grad(fn)))(xs)
+        np.testing.assert_allclose(np.asarray(slope, np.float64), derivative(x.astype(np.float64)), rtol=0, atol=5e-7)
+        curvature = jax.vmap(jax.grad(jax.grad(fn)))(xs)
+        np.testing.assert_allclose(np.asarray(curvature, np.float64), -exact(x.astype(np.float64)), rtol=0, atol=5e-7)
+        assert np.isnan(np.asarray(fn(jnp.asarray([np.inf, np.nan], dtype=jnp.float32)))).all()
+        wide = jnp.asarray(x, dtype=jnp.float64)
+        np.testing.assert_array_equal(np.asarray(fn(wide)), np.asarray(getattr(jnp, fn.__name__)(wide)))

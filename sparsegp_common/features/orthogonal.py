@@ -209,7 +209,7 @@ class SpectralFeatures(OrthogonalFeatures):
             j = np.arange(degree + 1)
             frequency = xp.asarray(math.pi * ((j + 1) // 2), dtype=omega.dtype, device=dev)
             arg = frequency * t[..., None]  # (T, D, degree + 1)
-            table = xp.where(xp.asarray(j % 2 == 1, device=dev), xp.cos(arg), xp.sin(arg))
+            table = xp.where(xp.asarray(j % 2 == 1, device=dev), ops.cos(arg), ops.sin(arg))
             table = xp.where(xp.asarray(j == 0, device=dev), math.sqrt(0.5), table)
         else:  # normalised Legendre polynomials sqrt((2m + 1) / 2) P_m(t), by their three-term recurrence
             m = np.arange(1, degree)
@@ -273,10 +273,10 @@ def spectral_terms(features, kernel, omega, weights, X):
     """The two factors of ``Kuf^T ~= A Phi`` at frequencies ``omega`` ``(T, D)`` with weights ``(T,)``:
     ``A[n, t] = weights[t] (2 pi)^(-D/4) sqrt(s(omega_t)) cas(omega_t . x_n)`` ``(N, T)`` and
     ``Phi[t, m] = psi_m(omega_t)`` ``(T, M)``."""
-    xp = namespace(X, omega)
+    xp, ops = namespace(X, omega), backend(X, omega)
     beta = weights * common.fourth_root_two_pi(features.input_dim) * xp.sqrt(_unbatched(kernel).spectral_density(omega))
     phase = X @ omega.mT
-    return beta * (xp.cos(phase) + xp.sin(phase)), features.basis_functions(omega)
+    return beta * (ops.cos(phase) + ops.sin(phase)), features.basis_functions(omega)
 
 
 @Kuu.register(SpectralFeatures, Kernel)

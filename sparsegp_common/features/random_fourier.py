@@ -19,7 +19,7 @@ from numbers import Integral
 
 from sparsegp_common.features.weight_basis import WeightBasis
 from sparsegp_common.kernels import Matern, SquaredExponential
-from sparsegp_common.ops import device, namespace
+from sparsegp_common.ops import backend, device, namespace
 
 __all__ = ["RandomFourierBasis", "counter_normal", "counter_uniform"]
 
@@ -69,7 +69,7 @@ def _normal_streams(streams):
 def _box_muller(u, xp):
     """Normals from uniforms laid out as :func:`_normal_streams` lays out their streams."""
     half = u.shape[-1] // 2
-    return xp.sqrt(-2.0 * xp.log(u[..., :half])) * xp.cos(2 * math.pi * u[..., half:])
+    return xp.sqrt(-2.0 * xp.log(u[..., :half])) * backend(u).cos(2 * math.pi * u[..., half:])
 
 
 def _normals(seed, index, streams, dtype, xp):
@@ -136,7 +136,7 @@ class RandomFourierBasis(WeightBasis):
             raise ValueError(f"X has {X.shape[-1]} columns but the basis has input_dim={self.input_dim}")
         lengthscale, variance = self._lengthscale_and_variance()
         omega, phase = self.frequencies(I, X.dtype)
-        return xp.sqrt(2.0 * variance / self.num_features) * xp.cos(X @ (omega / lengthscale).mT + phase)
+        return xp.sqrt(2.0 * variance / self.num_features) * backend(X).cos(X @ (omega / lengthscale).mT + phase)
 
     def prior_diagonal(self, I):
         """``S_ii = 1`` for ``i`` in ``I`` (whitened weights)."""

@@ -9,6 +9,7 @@ from jax import lax
 
 from ..linalg import CholeskyError
 from . import plain_moments
+from ._jax_trig import cos, sin  # noqa: F401 (this backend's cos and sin)
 
 
 @functools.cache

@@ -117,6 +117,14 @@ def dbk_moments(Phi, y, s=None):
     return plain_moments(Phi, y, s, np.float64)
 
 
+def cos(x):
+    return np.cos(x)
+
+
+def sin(x):
+    return np.sin(x)
+
+
 # special functions for the likelihoods (SciPy, imported when used)
 
 def softplus(x):

@@ -306,6 +306,14 @@ def _blocks(n):
     return (slice(s, min(s + MOMENT_CHUNK, n)) for s in range(0, n, MOMENT_CHUNK))
 
 
+def cos(x):
+    return torch.cos(x)
+
+
+def sin(x):
+    return torch.sin(x)
+
+
 # special functions for the likelihoods
 
 def softplus(x):
