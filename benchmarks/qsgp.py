@@ -353,17 +353,18 @@ def accuracy_backend():
     return "pyro" if harness.DEVICE == "cpu" else "numpyro"
 
 
-def predict(backend, model, X):
-    """``(mean, var)`` of ``p(y*)`` at ``X`` as float64 NumPy arrays."""
+def predict(backend, model, X, params=None):
+    """``(mean, var)`` of ``p(y*)`` at ``X`` as float64 NumPy arrays, at ``params`` (None: the values
+    the last ``fit`` left; in the middle of a NumPyro fit, pass its current ones)."""
     if backend == "pyro":
         import torch
 
         with torch.no_grad():
-            prediction = model.predict_y(harness.tensor(X), batch_size=1000)
+            prediction = model.predict_y(harness.tensor(X), batch_size=1000, params=params)
         return tuple(a.double().cpu().numpy() for a in (prediction.mean, prediction.variance))
     import jax.numpy as jnp
 
-    prediction = model.predict_y(jnp.asarray(X, dtype=jnp.float32), batch_size=1000)
+    prediction = model.predict_y(jnp.asarray(X, dtype=jnp.float32), batch_size=1000, params=params)
     return tuple(np.asarray(a, dtype=np.float64) for a in (prediction.mean, prediction.variance))
 
 
@@ -476,14 +477,15 @@ def inducing_rows(opts):
 # -- one long run of the Table 2 protocol ------------------------------------------------------------
 
 
-def convergence_rows(opts):
+def convergence_rows(opts, backend=None):
     """QSGP-0's test RMSE and NLPD on kin40k after each of ``convergence_steps`` steps of one run
-    of the paper's Table 2 schedule (see the module docstring)."""
+    of the paper's Table 2 schedule (see the module docstring), in ``backend`` (None: that of
+    :func:`accuracy_backend`)."""
     problem = harness.regression_problem("kin40k")
     X, y, Xt, yt, scaler = (problem[k] for k in ("X_train", "y_train", "X_test", "y_test", "y_scaler"))
     yt_std = scaler.transform(yt)
     hypers = harness.exact_gp_hyperparameters(X, y, num_points=opts["exact_points"])
-    backend, checkpoints, batch = accuracy_backend(), opts["convergence_steps"], opts["convergence_batch"]
+    backend, checkpoints, batch = backend or accuracy_backend(), opts["convergence_steps"], opts["convergence_batch"]
     dataset = "kin40k" + (" (synthetic)" if problem["synthetic"] else "")
     base = {"suite": "qsgp", "part": "convergence", "dataset": dataset, "backend": backend,
             "device": harness.device_name(), "model": "QSGP-0", "m": opts["convergence_m"],
@@ -503,7 +505,8 @@ def convergence_rows(opts):
     out = []
     for done in step_through(steps, checkpoints):
         seconds = run.seconds() if run else time.perf_counter() - start
-        out.append({**base, "steps": done, "seconds": seconds, **scores(*predict(backend, model, Xt), yt_std)})
+        out.append({**base, "steps": done, "seconds": seconds,
+                    **scores(*predict(backend, model, Xt, steps.params), yt_std)})
         if run:
             run.record(out[-1])
     steps.close()

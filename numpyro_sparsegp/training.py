@@ -201,12 +201,15 @@ class _Grouped(numpyro.optim._NumPyroOptim):
         for (names, decay, optim), sub in zip(self.groups, states):
             grads = {n: g[n] for n in names}
             if isinstance(optim, _Rows):  # only when by_rows: SVI's dense update is not used then
-                new.append(optim.update_rows(rows, grads, sub))
-                continue
-            if decay:
-                values = optim.get_params(sub)
-                grads = {n: grads[n] + decay * values[n] for n in names}
-            new.append(optim.update(grads, sub))
+                updated = optim.update_rows(rows, grads, sub)
+            else:
+                if decay:
+                    values = optim.get_params(sub)
+                    grads = {n: grads[n] + decay * values[n] for n in names}
+                updated = optim.update(grads, sub)
+            # each array keeps its dtype: under jax_enable_x64 an lr_schedule's float64 step size made
+            # Adam's float32 parameters float64 in a resumed fit (tests/test_benchmarks.py's QSGP run)
+            new.append(jax.tree_util.tree_map(lambda a, b: a if a.dtype == b.dtype else a.astype(b.dtype), updated, sub))
         norm = jnp.linalg.norm(jnp.stack([jnp.linalg.norm(jnp.ravel(leaf)).astype(last.dtype)
                                           for leaf in jax.tree_util.tree_leaves(g)]))
         return i + 1, tuple(new), norm

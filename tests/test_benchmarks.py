@@ -291,14 +291,17 @@ def test_qsgp_quick(tmp_path):
     assert all(row["value_variance"] > 0 and row["gradient_variance"] > 0 and math.isfinite(row["z"]) for row in variance)
 
 
-def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["pyro", "numpyro"])
+def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch, backend):
     """With ``--state`` a stopped convergence run continues from its checkpoint and ends with the
-    rows of an uninterrupted one; run again once finished, it trains no more."""
+    rows of an uninterrupted one; run again once finished, it trains no more. The rows are those of
+    the parameters at each checkpoint (NumPyro's in the middle of ``fit`` too)."""
     from benchmarks import qsgp
 
     monkeypatch.setenv("SPARSEGP_BENCH_TINY", "1")
     opts = qsgp.settings(quick=True)
-    expected = qsgp.convergence_rows(opts)  # without a state directory: one uninterrupted run
+    expected = qsgp.convergence_rows(opts, backend)  # without a state directory: one uninterrupted run
+    assert expected[1]["rmse"] != expected[0]["rmse"]
     monkeypatch.setattr(harness, "STATE", str(tmp_path))
     step, calls, stop = harness.FitSteps.step, [], [3]
 
@@ -310,17 +313,17 @@ def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(harness.FitSteps, "step", counted)
     with pytest.raises(KeyboardInterrupt):
-        qsgp.convergence_rows(opts)
+        qsgp.convergence_rows(opts, backend)
     stored = json.loads(next(tmp_path.glob("*.rows.json")).read_text())
     assert [row["steps"] for row in stored] == [2] and len(calls) == 2
     calls.clear()
     stop[0] = None
     # fit saves a step's checkpoint when asked for the next step: the run continues from step 1
-    rows = qsgp.convergence_rows(opts)
+    rows = qsgp.convergence_rows(opts, backend)
     assert len(calls) == 3 and [row["steps"] for row in rows] == [2, 4] and rows[1]["seconds"] > rows[0]["seconds"]
     for row, want in zip(rows, expected):
         assert row["rmse"] == pytest.approx(want["rmse"], rel=1e-6) and row["nlpd"] == pytest.approx(want["nlpd"], rel=1e-6)
-    assert qsgp.convergence_rows(opts) == rows and len(calls) == 3  # finished: nothing more to step
+    assert qsgp.convergence_rows(opts, backend) == rows and len(calls) == 3  # finished: nothing more to step
 
 
 def test_train_for_gives_each_runner_the_budget():
