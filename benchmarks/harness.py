@@ -102,7 +102,7 @@ class Resumable:
         self.every = int(checkpoint_every)
         self.rows = _read_json(self._rows_path, [])
         self._clock = {int(step): seconds for step, seconds in _read_json(self._clock_path, {}).items()}
-        self._start, self._offset, self.resumed_from = time.perf_counter(), 0.0, None
+        self._start, self._offset, self._resumed_from = time.perf_counter(), 0.0, None
 
     def fit_options(self):
         """``fit``'s arguments that checkpoint the run and continue it (from its first step)."""
@@ -110,9 +110,9 @@ class Resumable:
                 "callbacks": [self._tick]}
 
     def _tick(self, state):
-        if self.resumed_from is None:  # this process's first step: the fit continued from the step before
-            self.resumed_from = state.step - 1
-            self._offset = self._clock.get(self.resumed_from, 0.0)
+        if self._resumed_from is None:  # this process's first step: the fit continued from the step before
+            self._resumed_from = state.step - 1
+            self._offset = self._clock.get(self._resumed_from, 0.0)
         if state.step % self.every == 0:  # fit saves its checkpoint of this step next
             self._clock[state.step] = self.seconds()
             _write_json(self._clock_path, self._clock)

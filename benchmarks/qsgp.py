@@ -36,8 +36,8 @@
   (10^5) and ``num_basis`` (10^4), from the exact GP's hyperparameters, through the paper's
   schedule (AdaGrad 0.1 and Adam 10^-5, both decaying tenfold over the run, the hyperparameters
   held for its first tenth), with the test RMSE and NLPD at several steps along it: full, the
-  paper's 10^5 steps at its batch and control-variate rows of 500 (NumPyro, 0.15 s a step on
-  this CPU: 4 hours); quick, 5,000 steps at 100. With ``--state DIR`` the run keeps its
+  paper's 10^5 steps at its batch and control-variate rows of 500 (NumPyro, 0.14 s a step on
+  this CPU: 3.8 hours); quick, 5,000 steps at 100. With ``--state DIR`` the run keeps its
   checkpoint and rows in ``DIR`` and, stopped, continues from them when the command runs again
   (:class:`~benchmarks.harness.Resumable`).
 * ``variance``: the paper's control-variate study (Sec. 4.2, Fig. 1) on kin40k: ``m`` random
@@ -99,7 +99,7 @@ def settings(quick):
             "batch": BATCH, "exact_points": 1000, "inducing_n": 20_000, "inducing_num_basis": 3000,
             "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000),
             "convergence_m": 100_000, "convergence_num_basis": 10_000,
-            "convergence_batch": BATCH,  # 0.15 s a step on this CPU: 4 hours, which --state can spread over runs
+            "convergence_batch": BATCH,  # 0.14 s a step on this CPU: 3.8 hours, which --state can spread over runs
             "convergence_steps": (2500, 5000, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
                                   90_000, PAPER_STEPS), "convergence_checkpoint_every": 500,
             "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
