@@ -4,8 +4,9 @@ The formulas of the core take ``xp = namespace(*arrays)`` (``jax.numpy``, or the
 ``array-api-compat`` namespace of torch or NumPy) for everything the standard has, and
 ``backend(*arrays)`` for the rest: one small module per array library with the same functions
 (``solve_lower``, ``cholesky``, ``precise_matmul``, ``stop_gradient``, ``with_partials``,
-``is_concrete``, ``normal``, ``output_shape``, ``check_dtype``, and ``cos`` and ``sin``, which JAX evaluates
-faster by polynomial on a CPU) and, where a library has one, a fused kernel (``se_matvec``). The choice follows the arrays passed, never a process-wide switch, so both
+``is_concrete``, ``normal``, ``output_shape``, ``check_dtype``, and ``cos`` and ``sin``, which JAX
+evaluates faster by polynomial on a CPU) and, where a library has one, a fused kernel
+(``se_matvec``). The choice follows the arrays passed, never a process-wide switch, so both
 packages work in one process.
 """
 import functools
