@@ -32,13 +32,15 @@
   ``m = 10^5``, on the CPU ``num_basis = 2000`` and 10,000 steps (hours here), on a GPU
   (``--device cuda``) the paper's ``num_basis = 10^4``, ``10^5`` steps and Adam ``10^-5``. NumPyro
   on a GPU (its compiled step is the fast one there), Pyro on the CPU.
-* ``convergence``: is the Table 2 gap the number of steps? QSGP-0 on kin40k at the paper's ``m``
-  (10^5) and ``num_basis`` (10^4), from the exact GP's hyperparameters, through the paper's
-  schedule (AdaGrad 0.1 and Adam 10^-5, both decaying tenfold over the run, the hyperparameters
-  held for its first tenth), with the test RMSE and NLPD at several steps along it: full, the
-  paper's 10^5 steps at its batch and control-variate rows of 500 (NumPyro, 0.14 s a step on
-  this CPU: 3.8 hours); quick, 5,000 steps at 100. With ``--state DIR`` the run keeps its
-  checkpoint and rows in ``DIR`` and, stopped, continues from them when the command runs again
+* ``convergence``: is the Table 2 gap the number of steps? QSGP-0 at the paper's ``m`` (10^5)
+  and ``num_basis`` (10^4), from the exact GP's hyperparameters, through the paper's schedule
+  (AdaGrad 0.1 and Adam 10^-5, both decaying tenfold over the run, the hyperparameters held for
+  its first tenth), with the test RMSE and NLPD at several steps along it; then our SVGP with 512
+  inducing inputs, scored at the same seconds (the issue's equal wall-clock comparison). Full:
+  kin40k, protein and keggdirected, the paper's 10^5 steps at its batch and control-variate rows
+  of 500 (NumPyro, 0.14 s a step on this CPU: 3.8 hours a set, and as long again for its SVGP);
+  quick: kin40k, 5,000 steps at 100. With ``--state DIR`` each run keeps its checkpoint and rows
+  in ``DIR`` and, stopped, continues from them when the command runs again
   (:class:`~benchmarks.harness.Resumable`).
 * ``variance``: the paper's control-variate study (Sec. 4.2, Fig. 1) on kin40k: ``m`` random
   Fourier features (10^4) of the exact GP's squared exponential, ``mu`` one draw from the prior,
@@ -76,7 +78,8 @@ def settings(quick):
                 "accuracy_sets": ("kin40k",), "accuracy_dense": 2, "hyper_lr": HYPER_LR,
                 "accuracy_m": 200, "accuracy_num_basis": 20, "steps": 3, "support": 20, "batch": 50, "exact_points": 50,
                 "inducing_n": 300, "inducing_num_basis": 50, "inducing_support": 20, "inducing_steps": (2, 4),
-                "convergence_m": 200, "convergence_num_basis": 20, "convergence_batch": 20, "convergence_steps": (2, 4),
+                "convergence_sets": ("kin40k",), "convergence_m": 200, "convergence_num_basis": 20, "convergence_batch": 20,
+                "convergence_steps": (2, 4),
                 "convergence_checkpoint_every": 1,
                 "variance_m": 200, "variance_draws": 20, "variance_basis": 20, "variance_supports": (0, 10, 40),
                 "evaluations": 20}
@@ -86,7 +89,8 @@ def settings(quick):
                 "accuracy_m": 10_000, "accuracy_num_basis": 1000, "steps": 2000, "support": SUPPORT,
                 "batch": BATCH, "exact_points": 1000, "inducing_n": 5000, "inducing_num_basis": 1000,
                 "inducing_support": 200, "inducing_steps": (1000, 3000),
-                "convergence_m": 100_000, "convergence_num_basis": 10_000, "convergence_batch": 100,
+                "convergence_sets": ("kin40k",), "convergence_m": 100_000, "convergence_num_basis": 10_000,
+                "convergence_batch": 100,
                 "convergence_steps": (1250, 2500, 5000), "convergence_checkpoint_every": 250,
                 "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
                 "variance_supports": (0, 100, 300, 500, 1000), "evaluations": 300}
@@ -98,7 +102,7 @@ def settings(quick):
             "support": SUPPORT,
             "batch": BATCH, "exact_points": 1000, "inducing_n": 20_000, "inducing_num_basis": 3000,
             "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000),
-            "convergence_m": 100_000, "convergence_num_basis": 10_000,
+            "convergence_sets": ACCURACY_SETS, "convergence_m": 100_000, "convergence_num_basis": 10_000,
             "convergence_batch": BATCH,  # 0.14 s a step on this CPU: 3.8 hours, which --state can spread over runs
             "convergence_steps": (2500, 5000, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
                                   90_000, PAPER_STEPS), "convergence_checkpoint_every": 500,
@@ -150,12 +154,13 @@ def _inducing_title(row):
 
 
 def _convergence_title(row):
-    return (f"qsgp convergence (the paper's Table 2 protocol along one run): {row['dataset']} split 0, "
+    return (f"qsgp convergence (the paper's Table 2 protocol along one run per set): split 0, "
             f"{BACKEND_NAMES[row['backend']]} on {row['device']}, QSGP-0 on m = {row['m']} random Fourier "
             f"features (ARD SE), num_basis {row['num_basis']}, batch and control-variate rows {row['batch']}, from "
             f"an exact GP's hyperparameters, AdaGrad 0.1 (q) and Adam {row['hyper_lr']:g} (held for the first "
-            f"tenth), both decaying tenfold over {row['total_steps']} steps; {row['dtype']}, {row['threads']} "
-            "threads; standardised target units")
+            f"tenth), both decaying tenfold over {row['total_steps']} steps; SVGP: Adam 0.01 from the same "
+            f"hyperparameters, scored at QSGP-0's seconds; {row['dtype']}, {row['threads']} threads; "
+            "standardised target units")
 
 
 def _variance_title(row):
@@ -178,7 +183,8 @@ TABLES = {
                                    ("seconds", "seconds", "{:.0f}")]),
     "inducing": (_inducing_title, [("model", "model", "{}"), ("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
                                    ("NLPD", "nlpd", "{:.4f}"), ("seconds", "seconds", "{:.0f}")]),
-    "convergence": (_convergence_title, [("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
+    "convergence": (_convergence_title, [("dataset", "dataset", "{}"), ("model", "model", "{}"),
+                                         ("steps", "steps", "{}"), ("RMSE", "rmse", "{:.4f}"),
                                          ("NLPD", "nlpd", "{:.4f}"), ("paper's RMSE", "paper_rmse", "{:.3f}"),
                                          ("paper's MNLP", "paper_mnlp", "{:.3f}"), ("seconds", "seconds", "{:.0f}")]),
     "variance": (_variance_title, [("support rows n_bar", "support", "{}"),
@@ -278,9 +284,10 @@ def inducing_fit(backend, X, y, num_basis, support, batch, hypers, lr=(0.1, 0.5)
     return steps, model
 
 
-def svgp_fit(backend, X, y, M, batch, seed=0, hypers=None, hold=False):
-    """``(FitSteps, model)`` of our SVGP with ``M`` K-means inducing inputs (Adam, lr 0.01; with
-    ``hold`` the kernel and the noise held at ``hypers``, the inducing inputs learnt)."""
+def svgp_fit(backend, X, y, M, batch, seed=0, hypers=None, hold=False, **extra):
+    """``(FitSteps, model)`` of our SVGP with ``M`` random training rows as its initial inducing
+    inputs (Adam, lr 0.01; with ``hold`` the kernel and the noise held at ``hypers``, the inducing
+    inputs learnt); ``extra``: more arguments of ``fit``."""
     lib, array, _, _ = _lib(backend)
     if backend == "pyro":
         import pyro
@@ -292,7 +299,7 @@ def svgp_fit(backend, X, y, M, batch, seed=0, hypers=None, hold=False):
                         num_data=len(X))
     groups = [{"params": ["gp.kernel.*", "likelihood.*"], "lr_schedule": lambda t: 0.0}] if hold else None
     return harness.FitSteps(lib.fit, model.model, model.guide, (array(X), array(y)), batch_size=batch, lr=0.01,
-                            seed=seed, param_groups=groups), model
+                            seed=seed, param_groups=groups, **extra), model
 
 
 # -- speed ---------------------------------------------------------------------------------------
@@ -478,35 +485,90 @@ def inducing_rows(opts):
 
 
 def convergence_rows(opts, backend="numpyro"):
-    """QSGP-0's test RMSE and NLPD on kin40k after each of ``convergence_steps`` steps of one run
-    of the paper's Table 2 schedule (see the module docstring), in ``backend`` (NumPyro's step is
-    the faster on this CPU too since its ``cos`` is a polynomial there)."""
-    problem = harness.regression_problem("kin40k")
-    X, y, Xt, yt, scaler = (problem[k] for k in ("X_train", "y_train", "X_test", "y_test", "y_scaler"))
-    yt_std = scaler.transform(yt)
-    hypers = harness.exact_gp_hyperparameters(X, y, num_points=opts["exact_points"])
-    checkpoints, batch = opts["convergence_steps"], opts["convergence_batch"]
-    dataset = "kin40k" + (" (synthetic)" if problem["synthetic"] else "")
-    base = {"suite": "qsgp", "part": "convergence", "dataset": dataset, "backend": backend,
-            "device": harness.device_name(), "model": "QSGP-0", "m": opts["convergence_m"],
-            "num_basis": opts["convergence_num_basis"], "batch": batch, "total_steps": checkpoints[-1],
-            "hyper_lr": PAPER_HYPER_LR, "paper_rmse": TABLE2["kin40k"]["QSGP-0"][0],
-            "paper_mnlp": TABLE2["kin40k"]["QSGP-0"][1], "dtype": "float32", "threads": harness.threads()}
-    run = None
-    if harness.STATE is not None:  # continue a stopped run
-        run = harness.Resumable(f"qsgp-convergence-{backend}-m{base['m']}-basis{base['num_basis']}-batch{batch}-"
-                                f"steps{checkpoints[-1]}", opts["convergence_checkpoint_every"], backend)
-        if run.rows and run.rows[-1]["steps"] == checkpoints[-1]:
-            return run.rows
+    """QSGP-0's test RMSE and NLPD after each of ``convergence_steps`` steps of one run of the
+    paper's Table 2 schedule (see the module docstring) on each of ``convergence_sets``, then our
+    SVGP's at each of those rows' seconds (:func:`equal_time_run`), in ``backend`` (NumPyro's
+    step is the faster on this CPU too since its ``cos`` is a polynomial there). The QSGP runs
+    come first: with ``--state`` the part spreads over several processes."""
+    problems = {name: convergence_problem(name, opts) for name in opts["convergence_sets"]}
+    runs = {name: convergence_run(opts, backend, problem) for name, problem in problems.items()}
+    return [row for rows in runs.values() for row in rows] + [
+        row for name, problem in problems.items()
+        for row in equal_time_run(opts, backend, problem, [r["seconds"] for r in runs[name]])]
+
+
+def convergence_problem(name, opts):
+    problem = harness.regression_problem(name)
+    return {"name": name, "X": problem["X_train"], "y": problem["y_train"], "Xt": problem["X_test"],
+            "yt": problem["y_scaler"].transform(problem["y_test"]), "synthetic": problem["synthetic"],
+            "hypers": harness.exact_gp_hyperparameters(problem["X_train"], problem["y_train"],
+                                                       num_points=opts["exact_points"])}
+
+
+def _convergence_base(opts, backend, problem, model, paper):
+    return {"suite": "qsgp", "part": "convergence",
+            "dataset": problem["name"] + (" (synthetic)" if problem["synthetic"] else ""), "backend": backend,
+            "device": harness.device_name(), "model": model, "batch": opts["convergence_batch"],
+            "paper_rmse": TABLE2[problem["name"]][paper][0], "paper_mnlp": TABLE2[problem["name"]][paper][1],
+            "dtype": "float32", "threads": harness.threads()}
+
+
+def _resumable(name, every, backend):
+    """The run's :class:`~benchmarks.harness.Resumable` with ``--state``, else None."""
+    return None if harness.STATE is None else harness.Resumable(name, every, backend)
+
+
+def convergence_run(opts, backend, problem):
+    """The QSGP-0 rows of :func:`convergence_rows` on one ``problem``."""
+    checkpoints, batch, m = opts["convergence_steps"], opts["convergence_batch"], opts["convergence_m"]
+    base = {**_convergence_base(opts, backend, problem, "QSGP-0", "QSGP-0"), "m": m,
+            "num_basis": opts["convergence_num_basis"], "total_steps": checkpoints[-1], "hyper_lr": PAPER_HYPER_LR}
+    run = _resumable(f"qsgp-convergence-{problem['name']}-{backend}-m{m}-basis{base['num_basis']}-batch{batch}-"
+                     f"steps{checkpoints[-1]}", opts["convergence_checkpoint_every"], backend)
+    if run and run.rows and run.rows[-1]["steps"] == checkpoints[-1]:
+        return run.rows
     start = time.perf_counter()
-    steps, model = qsgp_fit(backend, X, y, opts["convergence_m"], 0, opts["convergence_num_basis"], batch, batch,
-                            hypers=hypers, num_steps=checkpoints[-1], hyper_lr=PAPER_HYPER_LR,
+    steps, model = qsgp_fit(backend, problem["X"], problem["y"], m, 0, base["num_basis"], batch, batch,
+                            hypers=problem["hypers"], num_steps=checkpoints[-1], hyper_lr=PAPER_HYPER_LR,
                             **(run.fit_options() if run else {}))
     out = []
     for done in step_through(steps, checkpoints):
         seconds = run.seconds() if run else time.perf_counter() - start
         out.append({**base, "steps": done, "seconds": seconds,
-                    **scores(*predict(backend, model, Xt, steps.params), yt_std)})
+                    **scores(*predict(backend, model, problem["Xt"], steps.params), problem["yt"])})
+        if run:
+            run.record(out[-1])
+    steps.close()
+    return run.rows if run else out
+
+
+def equal_time_run(opts, backend, problem, budgets):
+    """Our SVGP (``svgp_M`` inducing inputs, Adam 0.01, from the same exact GP's hyperparameters,
+    learnt), scored once each of the increasing ``budgets`` (seconds of training, the QSGP rows')
+    has passed, a step at least after the row before; with ``--state`` it continues a stopped run
+    too."""
+    M, batch = opts["svgp_M"], opts["convergence_batch"]
+    base = {**_convergence_base(opts, backend, problem, f"SVGP-{M} (as many seconds)", "SVGP-512"), "m": M}
+    run = _resumable(f"qsgp-convergence-{problem['name']}-{backend}-svgp{M}-batch{batch}",
+                     opts["convergence_checkpoint_every"], backend)
+    reached = {row["budget"] for row in run.rows} if run else set()
+    budgets = [budget for budget in budgets if budget not in reached]
+    if not budgets:
+        return run.rows if run else []
+    start, last = time.perf_counter(), run.rows[-1]["steps"] if run and run.rows else 0
+    steps, model = svgp_fit(backend, problem["X"], problem["y"], M, batch, hypers=problem["hypers"],
+                            **(run.fit_options() if run else {}))
+
+    def seconds():
+        return run.seconds() if run else time.perf_counter() - start
+
+    out = []
+    for budget in budgets:
+        while steps.state is None or steps.state.step <= last or seconds() < budget:  # past the row before too
+            steps.step()
+        last = steps.state.step
+        out.append({**base, "budget": budget, "steps": last, "seconds": seconds(),
+                    **scores(*predict(backend, model, problem["Xt"], steps.params), problem["yt"])})
         if run:
             run.record(out[-1])
     steps.close()

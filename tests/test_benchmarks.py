@@ -282,9 +282,14 @@ def test_qsgp_quick(tmp_path):
                                                                        ("QSGP-0", 4)]
     assert inducing[3]["model"] == "SVGP-16 (held, same seconds)" and inducing[3]["steps"] >= 1
     assert all(math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 3 for row in inducing)
-    assert [(row["steps"], row["total_steps"], row["hyper_lr"]) for row in convergence] == [(2, 4, 1e-5), (4, 4, 1e-5)]
-    assert convergence[1]["seconds"] > convergence[0]["seconds"] and convergence[0]["paper_rmse"] == 0.174
-    assert convergence[1]["rmse"] != convergence[0]["rmse"]  # the model trained between the two
+    qsgp0, svgp = convergence[:2], convergence[2:]
+    assert [(row["steps"], row["total_steps"], row["hyper_lr"]) for row in qsgp0] == [(2, 4, 1e-5), (4, 4, 1e-5)]
+    assert qsgp0[1]["seconds"] > qsgp0[0]["seconds"] and qsgp0[0]["paper_rmse"] == 0.174
+    assert qsgp0[1]["rmse"] != qsgp0[0]["rmse"]  # the model trained between the two
+    # the SVGP scored once QSGP-0's seconds at each row have passed, a step at least between rows
+    assert [row["model"] for row in svgp] == ["SVGP-16 (as many seconds)"] * 2 and svgp[0]["paper_rmse"] == 0.247
+    assert [row["budget"] for row in svgp] == [row["seconds"] for row in qsgp0]
+    assert all(row["seconds"] >= row["budget"] for row in svgp) and 1 <= svgp[0]["steps"] < svgp[1]["steps"]
     assert all(math.isfinite(row["nlpd"]) and 0 < row["rmse"] < 3 for row in convergence)
     assert [row["support"] for row in variance] == [0, 10, 40]
     assert variance[0]["value_ratio"] == variance[0]["gradient_ratio"] == 1.0
@@ -295,12 +300,14 @@ def test_qsgp_quick(tmp_path):
 def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch, backend):
     """With ``--state`` a stopped convergence run continues from its checkpoint and ends with the
     rows of an uninterrupted one; run again once finished, it trains no more. The rows are those of
-    the parameters at each checkpoint (NumPyro's in the middle of ``fit`` too)."""
+    the parameters at each checkpoint (NumPyro's in the middle of ``fit`` too). The SVGP scored at
+    the same seconds continues alike."""
     from benchmarks import qsgp
 
     monkeypatch.setenv("SPARSEGP_BENCH_TINY", "1")
     opts = qsgp.settings(quick=True)
-    expected = qsgp.convergence_rows(opts, backend)  # without a state directory: one uninterrupted run
+    problem = qsgp.convergence_problem("kin40k", opts)
+    expected = qsgp.convergence_run(opts, backend, problem)  # without a state directory: one uninterrupted run
     assert expected[1]["rmse"] != expected[0]["rmse"]
     monkeypatch.setattr(harness, "STATE", str(tmp_path))
     step, calls, stop = harness.FitSteps.step, [], [3]
@@ -313,17 +320,36 @@ def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch, backend
 
     monkeypatch.setattr(harness.FitSteps, "step", counted)
     with pytest.raises(KeyboardInterrupt):
-        qsgp.convergence_rows(opts, backend)
+        qsgp.convergence_run(opts, backend, problem)
     stored = json.loads(next(tmp_path.glob("*.rows.json")).read_text())
     assert [row["steps"] for row in stored] == [2] and len(calls) == 2
     calls.clear()
     stop[0] = None
     # fit saves a step's checkpoint when asked for the next step: the run continues from step 1
-    rows = qsgp.convergence_rows(opts, backend)
+    rows = qsgp.convergence_run(opts, backend, problem)
     assert len(calls) == 3 and [row["steps"] for row in rows] == [2, 4] and rows[1]["seconds"] > rows[0]["seconds"]
     for row, want in zip(rows, expected):
         assert row["rmse"] == pytest.approx(want["rmse"], rel=1e-6) and row["nlpd"] == pytest.approx(want["nlpd"], rel=1e-6)
-    assert qsgp.convergence_rows(opts, backend) == rows and len(calls) == 3  # finished: nothing more to step
+    assert qsgp.convergence_run(opts, backend, problem) == rows and len(calls) == 3  # finished: nothing more to step
+    # the SVGP beside it, scored at those seconds: stopped after its first row, it goes on to the second
+    budgets = [row["seconds"] for row in rows]
+    record = harness.Resumable.record
+
+    def record_then_stop(self, row):
+        record(self, row)
+        if row["budget"] == budgets[0]:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(harness.Resumable, "record", record_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            qsgp.equal_time_run(opts, backend, problem, budgets)
+    first = json.loads(next(tmp_path.glob("*svgp*.rows.json")).read_text())
+    svgp = qsgp.equal_time_run(opts, backend, problem, budgets)
+    assert svgp[0] == first[0] and [row["budget"] for row in svgp] == budgets
+    assert svgp[0]["steps"] < svgp[1]["steps"] and all(row["seconds"] >= row["budget"] for row in svgp)
+    calls.clear()
+    assert qsgp.equal_time_run(opts, backend, problem, budgets) == svgp and not calls
 
 
 def test_train_for_gives_each_runner_the_budget():
