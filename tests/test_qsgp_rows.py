@@ -2,6 +2,8 @@
 rows of the q tables exactly as it reads the whole tables, the row-wise AdaGrad and SGD rules are
 the dense ones, ``fit`` takes the dense path's steps, and a step's gradients and working memory
 do not grow with ``m``."""
+import warnings
+
 import numpy as np
 import pytest
 from backends import xla_optimisations
@@ -62,6 +64,22 @@ def test_row_rules_equal_the_dense_rules(library, rng):
     np.testing.assert_allclose(np.asarray(table), dense_table, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(np.asarray(accumulator), dense_acc, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(sgd), dense_sgd, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax"])
+def test_row_rules_keep_the_table_dtype(library):
+    """A float64 step size (a schedule's under JAX's x64) leaves a float32 table float32, with no
+    promotion warning (JAX's scatter warns that this will be an error)."""
+    lib = {"numpy": np, "torch": pytest.importorskip("torch"), "jax": pytest.importorskip("jax.numpy")}[library]
+    table, grad = lib.asarray(np.ones((4, 2), np.float32)), lib.asarray(np.ones((2, 2), np.float32))
+    rows, lr = lib.asarray(np.array([0, 2])), lib.asarray(np.float64(0.3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        updated, accumulator = row_updates.adagrad_rows(table, lib.zeros_like(table), rows, grad, lr)
+        sgd = row_updates.sgd_rows(table, rows, grad, lr)
+    assert updated.dtype == accumulator.dtype == sgd.dtype == table.dtype
+    np.testing.assert_allclose(np.asarray(updated)[:, 0], [0.7, 1.0, 0.7, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(sgd)[:, 0], [0.7, 1.0, 0.7, 1.0], rtol=1e-6)
 
 
 # -- the loss on gathered rows ---------------------------------------------------------------------

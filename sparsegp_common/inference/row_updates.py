@@ -25,6 +25,7 @@ def adagrad_rows(table, accumulator, rows, grad, lr):
         ``(table, accumulator)`` after the step.
     """
     xp, ops = namespace(table), backend(table)
+    lr = xp.asarray(lr, dtype=table.dtype)  # a float64 schedule (JAX's x64) must not promote the step
     accumulator = ops.index_add(accumulator, rows, grad**2)
     seen = xp.take(accumulator, rows, axis=0)
     safe = xp.where(seen > 0, seen, xp.ones_like(seen))
@@ -34,4 +35,4 @@ def adagrad_rows(table, accumulator, rows, grad, lr):
 
 def sgd_rows(table, rows, grad, lr):
     """Plain SGD at ``rows``: ``w -= lr g``."""
-    return backend(table).index_add(table, rows, -lr * grad)
+    return backend(table).index_add(table, rows, -namespace(table).asarray(lr, dtype=table.dtype) * grad)
