@@ -79,6 +79,7 @@ def use_device(name):
 
 
 STATE = None  # set by --state: the directory where long runs keep what they need to continue
+STALL = 10.0  # a gap between steps this many times the usual one is a stall, not training
 
 
 class Resumable:
@@ -86,7 +87,10 @@ class Resumable:
     it continues where it stopped when the same command runs again: ``fit``'s checkpoint
     (parameters, optimisers, RNG, the objective's state: a resumed fit reaches the parameters of
     an uninterrupted one), the rows measured so far, and its clock (seconds of training at each
-    checkpoint; a resumed process adds its own set-up once more).
+    checkpoint; a resumed process adds its own set-up once more). The clock leaves out stalls:
+    a gap between two steps over :data:`STALL` times the median of the last gaps (a process
+    stopped by ``SIGSTOP`` while other work used the machine, the test set scored at a row)
+    counts as one usual step.
 
     Args:
         name: the run's file names under :data:`STATE` (one name per configuration).
@@ -103,6 +107,7 @@ class Resumable:
         self.rows = _read_json(self._rows_path, [])
         self._clock = {int(step): seconds for step, seconds in _read_json(self._clock_path, {}).items()}
         self._start, self._offset, self._resumed_from = time.perf_counter(), 0.0, None
+        self._last, self._gaps, self._stalled = None, [], 0.0
 
     def fit_options(self):
         """``fit``'s arguments that checkpoint the run and continue it (from its first step)."""
@@ -110,16 +115,27 @@ class Resumable:
                 "callbacks": [self._tick]}
 
     def _tick(self, state):
+        now = time.perf_counter()
         if self._resumed_from is None:  # this process's first step: the fit continued from the step before
             self._resumed_from = state.step - 1
             self._offset = self._clock.get(self._resumed_from, 0.0)
+        else:
+            self._count(now - self._last)
+        self._last = now
         if state.step % self.every == 0:  # fit saves its checkpoint of this step next
             self._clock[state.step] = self.seconds()
             _write_json(self._clock_path, self._clock)
 
+    def _count(self, gap):
+        usual = statistics.median(self._gaps) if len(self._gaps) >= 5 else None
+        if usual is not None and gap > STALL * usual:
+            self._stalled += gap - usual
+        else:
+            self._gaps = self._gaps[-49:] + [gap]
+
     def seconds(self):
-        """Seconds of training so far, over every process of the run."""
-        return self._offset + time.perf_counter() - self._start
+        """Seconds of training so far, over every process of the run, stalls left out."""
+        return self._offset + time.perf_counter() - self._start - self._stalled
 
     def record(self, row):
         """Keep ``row`` (a dict with ``"steps"``); rows of later steps, measured after the checkpoint a

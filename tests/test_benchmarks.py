@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -350,6 +351,26 @@ def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch, backend
     assert svgp[0]["steps"] < svgp[1]["steps"] and all(row["seconds"] >= row["budget"] for row in svgp)
     calls.clear()
     assert qsgp.equal_time_run(opts, backend, problem, budgets) == svgp and not calls
+
+
+def test_resumable_clock_leaves_out_stalls(tmp_path, monkeypatch):
+    """A long run's clock counts a stall between two steps (the process stopped while other work
+    ran) as one usual step, also in the clock it keeps for a resumed run."""
+    now = [100.0]
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(harness, "STATE", str(tmp_path))
+    run = harness.Resumable("run", 4, "pyro")
+    tick = run.fit_options()["callbacks"][0]
+    for step in range(1, 21):
+        now[0] += 30.0 if step == 12 else 0.5  # stopped for 30 s before step 12
+        tick(SimpleNamespace(step=step))
+    assert run.seconds() == pytest.approx(20 * 0.5)
+    clock = json.loads(next(tmp_path.glob("*.clock.json")).read_text())
+    assert clock == pytest.approx({"4": 2.0, "8": 4.0, "12": 6.0, "16": 8.0, "20": 10.0})
+    resumed = harness.Resumable("run", 4, "pyro")  # a new process, continuing after step 16's checkpoint
+    now[0] += 0.5
+    resumed.fit_options()["callbacks"][0](SimpleNamespace(step=17))
+    assert resumed.seconds() == pytest.approx(8.5)  # from the clock at step 16, stalls left out
 
 
 def test_train_for_gives_each_runner_the_budget():
