@@ -498,6 +498,8 @@ def convergence_rows(opts, backend="numpyro"):
 
 
 def convergence_problem(name, opts):
+    """The set ``name``'s split 0, standardised (test targets too), and the exact GP's
+    hyperparameters on ``exact_points`` of its rows, as the convergence part's runs take them."""
     problem = harness.regression_problem(name)
     return {"name": name, "X": problem["X_train"], "y": problem["y_train"], "Xt": problem["X_test"],
             "yt": problem["y_scaler"].transform(problem["y_test"]), "synthetic": problem["synthetic"],
