@@ -99,7 +99,7 @@ class Resumable:
     """
 
     def __init__(self, name, checkpoint_every, backend):
-        base = Path(STATE) / name
+        self.name, base = name, Path(STATE) / name
         base.parent.mkdir(parents=True, exist_ok=True)
         self.checkpoint = base.with_name(base.name + (".pt" if backend == "pyro" else ".npz"))
         self._rows_path, self._clock_path = (base.with_name(base.name + s) for s in (".rows.json", ".clock.json"))
@@ -138,10 +138,14 @@ class Resumable:
         return self._offset + time.perf_counter() - self._start - self._stalled
 
     def record(self, row):
-        """Keep ``row`` (a dict with ``"steps"``); rows of later steps, measured after the checkpoint a
-        resumed run continued from, are dropped."""
+        """Keep ``row`` (a dict with ``"steps"``), and say so on stderr (a long run's progress);
+        rows of later steps, measured after the checkpoint a resumed run continued from, are
+        dropped."""
         self.rows = [r for r in self.rows if r["steps"] < row["steps"]] + [row]
         _write_json(self._rows_path, self.rows)
+        scores = ", ".join(f"{key} {row[key]:.4f}" for key in ("rmse", "nlpd") if key in row)
+        print(f"{self.name}: {row['steps']} steps, {row.get('seconds', 0):.0f} s"
+              + (f", {scores}" if scores else ""), file=sys.stderr, flush=True)
 
 
 def _read_json(path, default):

@@ -353,9 +353,10 @@ def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch, backend
     assert qsgp.equal_time_run(opts, backend, problem, budgets) == svgp and not calls
 
 
-def test_resumable_clock_leaves_out_stalls(tmp_path, monkeypatch):
+def test_resumable_clock_leaves_out_stalls(tmp_path, monkeypatch, capsys):
     """A long run's clock counts a stall between two steps (the process stopped while other work
-    ran) as one usual step, also in the clock it keeps for a resumed run."""
+    ran) as one usual step, also in the clock it keeps for a resumed run; each row it keeps is
+    reported on stderr."""
     now = [100.0]
     monkeypatch.setattr(harness.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(harness, "STATE", str(tmp_path))
@@ -371,6 +372,8 @@ def test_resumable_clock_leaves_out_stalls(tmp_path, monkeypatch):
     now[0] += 0.5
     resumed.fit_options()["callbacks"][0](SimpleNamespace(step=17))
     assert resumed.seconds() == pytest.approx(8.5)  # from the clock at step 16, stalls left out
+    resumed.record({"steps": 17, "seconds": resumed.seconds(), "rmse": 0.25})
+    assert capsys.readouterr().err == "run: 17 steps, 8 s, rmse 0.2500\n"
 
 
 def test_train_for_gives_each_runner_the_budget():
