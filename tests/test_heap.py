@@ -51,6 +51,44 @@ def test_freed_memory_stays_while_kept_and_goes_back_at_the_end():
     assert not r["after"][0] and r["held"] - r["after"][1] > 240 * MIB  # the last one gave it back
 
 
+# after a kept(), a block over 32 MiB: mapped afresh (and unmapped when freed) unless the
+# thresholds of the environment still hold
+AFTER = """
+import json, resource, torch
+from sparsegp_common.inference import heap
+
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+with heap.kept():
+    pass
+before = resident()
+block = torch.empty(32 * 2**20, dtype=torch.float32).fill_(1.0)  # 128 MiB
+del block
+print(json.dumps({"before": before, "after": resident()}))
+"""
+
+
+@glibc
+@pytest.mark.parametrize("environment", ["MALLOC_", "GLIBC_TUNABLES", None])
+def test_thresholds_from_the_environment_stay_in_force(environment, monkeypatch):
+    """docs/usage.md has NumPyro users start Python with glibc's thresholds raised; Pyro's
+    ``fit`` (and so ``kept``) in the same process must not lower them for what runs after it."""
+    mmap, trim = 2**30, 2**34
+    for name in ("GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    if environment == "MALLOC_":
+        monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(mmap))
+        monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(trim))
+    elif environment == "GLIBC_TUNABLES":
+        monkeypatch.setenv("GLIBC_TUNABLES", f"glibc.malloc.mmap_threshold={mmap}:glibc.malloc.trim_threshold={hex(trim)}")
+    out = subprocess.run([sys.executable, "-c", AFTER], check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    kept_after = r["after"] - r["before"] > 120 * MIB
+    assert kept_after == (environment is not None)  # without the environment glibc maps and unmaps it
+
+
 def test_holders_in_other_threads_and_disabled_ones():
     opened, release = threading.Event(), threading.Event()
 

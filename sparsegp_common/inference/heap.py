@@ -18,12 +18,16 @@ the SVGP step at M = 4096 from 4.9 to 3.5 s but tripled its peak resident memory
 the heap fragmented by the 64 MiB blocks). When the last :func:`kept` ends, ``malloc_trim`` gives
 back what is free (after a ``fit`` of HVGP 8 x 512, 370-390 MB stayed resident against
 1.9-2.2 GB without it) and the trim threshold becomes 64 MiB, as glibc's adjustment sets it beside that
-``mmap`` threshold (setting either ends glibc's adjustment). NumPyro's steps do not need it: XLA
-keeps its buffers (the M = 4096 step took as long either way).
+``mmap`` threshold (setting either ends glibc's adjustment). NumPyro's steps are not helped by
+it: XLA:CPU takes one block for all of a step's temporaries in its own thread, whose glibc arena
+maps any block over 64 MiB afresh whatever this module sets (a quadruply stochastic step at the
+paper's sizes: 223 MB, 54,000 page faults and 0.14-0.16 s per step against 0.08-0.10 s with the
+environment docs/usage.md gives under "Training", which puts every thread on glibc's main heap).
 """
 import contextlib
 import ctypes
 import ctypes.util
+import os
 import platform
 import threading
 
@@ -50,6 +54,22 @@ def _glibc():
 _libc = _glibc()
 
 
+def _started_with(name):
+    """The threshold ``name`` (``"mmap_threshold"``, ``"trim_threshold"``) that this process was
+    started with (``GLIBC_TUNABLES``' ``glibc.malloc.<name>``, else ``MALLOC_<NAME>_``), in bytes
+    and at most what ``mallopt`` takes; None when the environment does not set it."""
+    tunables = dict(item.partition("=")[::2] for item in os.environ.get("GLIBC_TUNABLES", "").split(":") if "=" in item)
+    value = tunables.get(f"glibc.malloc.{name}", os.environ.get(f"MALLOC_{name.upper()}_"))
+    try:
+        return None if value is None else min(int(value, 0), UNBOUNDED)
+    except ValueError:
+        return None
+
+
+# what the user's environment asks for (docs/usage.md): kept() never leaves glibc below it
+_USER_MMAP, _USER_TRIM = _started_with("mmap_threshold"), _started_with("trim_threshold")
+
+
 def active():
     """Whether freed memory is being kept (a :func:`kept` is open)."""
     return _holders > 0
@@ -61,7 +81,10 @@ def kept(enabled=True):
     training loop on a CPU (see the module's docstring). Nests, also across threads: the last one
     to end gives the free memory back. ``enabled=False``, or a C library other than glibc: nothing
     changes. Wrap your own ``pyro.infer.SVI`` loop in it where its steps are large (hundreds of
-    milliseconds); Pyro's ``fit`` on a CPU does it for its steps."""
+    milliseconds); Pyro's ``fit`` on a CPU does it for its steps. Thresholds the process was
+    started with (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES``)
+    stay in force: the mmap threshold is never lowered below the environment's, and with a trim
+    threshold there the memory is not given back at the end either."""
     global _holders
     if not enabled or _libc is None:
         yield
@@ -69,7 +92,7 @@ def kept(enabled=True):
     with _lock:
         _holders += 1
         if _holders == 1:
-            _libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+            _libc.mallopt(M_MMAP_THRESHOLD, max(MMAP_THRESHOLD, _USER_MMAP or 0))
             _libc.mallopt(M_TRIM_THRESHOLD, UNBOUNDED)
     try:
         yield
@@ -77,5 +100,8 @@ def kept(enabled=True):
         with _lock:
             _holders -= 1
             if _holders == 0:
-                _libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-                _libc.malloc_trim(0)
+                if _USER_TRIM is None:
+                    _libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+                    _libc.malloc_trim(0)
+                else:  # the user's environment keeps freed memory: so do we
+                    _libc.mallopt(M_TRIM_THRESHOLD, _USER_TRIM)
