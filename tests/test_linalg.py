@@ -262,3 +262,32 @@ def test_cholesky_gradient_after_a_retry_is_the_kept_factors(rng, jit):
     kept = jax.grad(lambda theta: (jnp.linalg.cholesky(theta * B + 1e-4 * jnp.eye(5)) * W).sum())(1.0)
     assert np.isfinite(float(grad))
     assert float(grad) == pytest.approx(float(kept), rel=1e-9)
+
+
+def test_large_host_factorisations_run_on_one_blas_thread(monkeypatch):
+    """OpenBLAS's threaded dpotrf crashed the process on large orders (sparsegp_common/ops/_numpy.py):
+    from ``ONE_THREAD_FROM`` on, the host factorisation (QSGP's log|K(Z, Z)|) limits BLAS to one
+    thread, and gives the threads back after."""
+    from threadpoolctl import threadpool_info
+
+    from sparsegp_common.ops import _numpy
+
+    def blas_threads():
+        return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+    seen, factorise = [], np.linalg.cholesky
+
+    def spy(a):
+        seen.append(blas_threads())
+        return factorise(a)
+
+    monkeypatch.setattr(np.linalg, "cholesky", spy)
+    monkeypatch.setattr(_numpy, "ONE_THREAD_FROM", 64)  # the same path at a small order
+    before = blas_threads()
+    assert before, "no BLAS library found"
+    A = np.cov(np.random.default_rng(0).normal(size=(64, 200)))
+    for n in (32, 64):
+        L = _numpy.cholesky(A[:n, :n], [0.0], "not positive definite", np.float64)
+        np.testing.assert_allclose(L @ L.T, A[:n, :n], atol=1e-10)
+    assert seen == [before, [1] * len(before)]
+    assert blas_threads() == before

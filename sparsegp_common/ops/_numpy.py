@@ -1,8 +1,17 @@
-"""NumPy implementations of the operations the array API standard lacks (float64 references)."""
+"""NumPy implementations of the operations the array API standard lacks (float64 references, and
+the one-off factorisations done on the host)."""
+import contextlib
+
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..linalg import CholeskyError
 from . import plain_moments
+
+# From this order on a factorisation runs on one BLAS thread: the threaded dpotrf of OpenBLAS
+# 0.3.31 (NumPy's and SciPy's wheels) crashed the process (segfault) at n = 16,000 and 20,000 on
+# a 2-core machine, where n = 12,000 ran, and on one thread n = 20,000 took 65 s.
+ONE_THREAD_FROM = 4096
 
 
 def solve_lower(L, B, transpose=False):
@@ -10,12 +19,16 @@ def solve_lower(L, B, transpose=False):
 
 
 def cholesky(A, levels, message, dtype):
-    work, eye = A.astype(dtype), np.eye(A.shape[-1], dtype=dtype)
-    for level in levels:
-        try:
-            return np.linalg.cholesky(work + level * eye).astype(A.dtype)
-        except np.linalg.LinAlgError:
-            continue
+    work = A.astype(dtype)  # a copy, whose diagonal takes the jitter: no more n x n arrays than that
+    diagonal = np.arange(A.shape[-1])
+    base = work[..., diagonal, diagonal]
+    with threadpool_limits(1, user_api="blas") if A.shape[-1] >= ONE_THREAD_FROM else contextlib.nullcontext():
+        for level in levels:
+            work[..., diagonal, diagonal] = base + level
+            try:
+                return np.linalg.cholesky(work).astype(A.dtype, copy=False)
+            except np.linalg.LinAlgError:
+                continue
     raise CholeskyError(message)
 
 
