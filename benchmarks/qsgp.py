@@ -38,7 +38,8 @@
   its first tenth), with the test RMSE and NLPD at several steps along it; then our SVGP with 512
   inducing inputs, scored at the same seconds (the issue's equal wall-clock comparison). Full:
   kin40k, protein and keggdirected, the paper's 10^5 steps at its batch and control-variate rows
-  of 500 (NumPyro, 0.14 s a step on this CPU: 3.8 hours a set, and as long again for its SVGP);
+  of 500 (NumPyro: 0.15 s a step on this CPU, 0.09 s with glibc's settings of docs/usage.md,
+  "Training": 2.5 hours a set, and as long again for its SVGP);
   quick: kin40k, 5,000 steps at 100. With ``--state DIR`` each run keeps its checkpoint and rows
   in ``DIR`` and, stopped, continues from them when the command runs again
   (:class:`~benchmarks.harness.Resumable`).
@@ -103,7 +104,7 @@ def settings(quick):
             "batch": BATCH, "exact_points": 1000, "inducing_n": 20_000, "inducing_num_basis": 3000,
             "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000),
             "convergence_sets": ACCURACY_SETS, "convergence_m": 100_000, "convergence_num_basis": 10_000,
-            "convergence_batch": BATCH,  # 0.14 s a step on this CPU: 3.8 hours, which --state can spread over runs
+            "convergence_batch": BATCH,  # 0.09-0.15 s a step on this CPU: 2.5-4 hours, which --state can spread over runs
             "convergence_steps": (2500, 5000, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
                                   90_000, PAPER_STEPS), "convergence_checkpoint_every": 500,
             "variance_m": 10_000, "variance_draws": 500, "variance_basis": 500,
