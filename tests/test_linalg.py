@@ -284,7 +284,8 @@ def test_large_host_factorisations_run_on_one_blas_thread(monkeypatch):
     monkeypatch.setattr(np.linalg, "cholesky", spy)
     monkeypatch.setattr(_numpy, "ONE_THREAD_FROM", 64)  # the same path at a small order
     before = blas_threads()
-    assert before, "no BLAS library found"
+    if not before:
+        pytest.skip("threadpoolctl finds no BLAS library under NumPy here")
     A = np.cov(np.random.default_rng(0).normal(size=(64, 200)))
     for n in (32, 64):
         L = _numpy.cholesky(A[:n, :n], [0.0], "not positive definite", np.float64)
