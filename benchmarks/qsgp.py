@@ -13,7 +13,8 @@
   hyperparameters and noise held at an exact GP's on 1,000 rows, C's diagonal at Proposition 1's
   optimum from the start, ``num_basis`` = batch (1,000
   quick, 3,000 full, as the paper), the data and Nystrom control variates on 200 support rows,
-  AdaGrad on the q tables, augmented prediction: test RMSE and NLPD after several numbers of
+  AdaGrad on the q tables (rates :data:`INDUCING_LR`, Pyro; full: :data:`INDUCING_LR_FULL`,
+  NumPyro), augmented prediction: test RMSE and NLPD after several numbers of
   steps, beside the exact GP on the same rows with the same hyperparameters (the posterior mean
   QSGP-0 converges to) and our SVGP (512 inducing inputs, batch 500, the same hyperparameters held)
   trained for as many seconds as QSGP-0 (batch 500).
@@ -71,6 +72,7 @@ TABLE2 = {
     "keggdirected": {"QSGP-0": (0.135, -0.821), "QSGP-100": (0.135, -0.794), "SVGP-512": (0.124, -0.953)},
 }
 INDUCING_LR = (0.03, 0.5)  # AdaGrad's rates for q_mu and q_log_diag (the paper gives none)
+INDUCING_LR_FULL = (0.01, 0.5)  # at 20,000 rows q_mu's 0.03 ran away at the third step (RESULTS)
 
 
 def settings(quick):
@@ -79,6 +81,7 @@ def settings(quick):
                 "accuracy_sets": ("kin40k",), "accuracy_dense": 2, "hyper_lr": HYPER_LR,
                 "accuracy_m": 200, "accuracy_num_basis": 20, "steps": 3, "support": 20, "batch": 50, "exact_points": 50,
                 "inducing_n": 300, "inducing_num_basis": 50, "inducing_support": 20, "inducing_steps": (2, 4),
+                "inducing_lr": INDUCING_LR, "inducing_backend": "pyro",
                 "convergence_sets": ("kin40k",), "convergence_m": 200, "convergence_num_basis": 20, "convergence_batch": 20,
                 "convergence_steps": (2, 4),
                 "convergence_checkpoint_every": 1,
@@ -89,7 +92,8 @@ def settings(quick):
                 "svgp_M": 512, "accuracy_sets": ACCURACY_SETS, "accuracy_dense": TABLE2_DENSE, "hyper_lr": HYPER_LR,
                 "accuracy_m": 10_000, "accuracy_num_basis": 1000, "steps": 2000, "support": SUPPORT,
                 "batch": BATCH, "exact_points": 1000, "inducing_n": 5000, "inducing_num_basis": 1000,
-                "inducing_support": 200, "inducing_steps": (1000, 3000),
+                "inducing_support": 200, "inducing_steps": (1000, 3000), "inducing_lr": INDUCING_LR,
+                "inducing_backend": "pyro",
                 "convergence_sets": ("kin40k",), "convergence_m": 100_000, "convergence_num_basis": 10_000,
                 "convergence_batch": 100,
                 "convergence_steps": (1250, 2500, 5000), "convergence_checkpoint_every": 250,
@@ -102,7 +106,8 @@ def settings(quick):
                else {"accuracy_num_basis": 10_000, "steps": PAPER_STEPS, "hyper_lr": PAPER_HYPER_LR}),  # on a GPU
             "support": SUPPORT,
             "batch": BATCH, "exact_points": 1000, "inducing_n": 20_000, "inducing_num_basis": 3000,
-            "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000),
+            "inducing_support": 200, "inducing_steps": (2000, 10_000, 30_000), "inducing_lr": INDUCING_LR_FULL,
+            "inducing_backend": "numpyro",  # 0.04 s a step at 20,000 rows with glibc's settings (docs/usage.md)
             "convergence_sets": ACCURACY_SETS, "convergence_m": 100_000, "convergence_num_basis": 10_000,
             "convergence_batch": BATCH,  # 0.09-0.15 s a step on this CPU: 2.5-4 hours, which --state can spread over runs
             "convergence_steps": (2500, 5000, 10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000,
@@ -145,7 +150,8 @@ def _accuracy_title(row):
 
 
 def _inducing_title(row):
-    return (f"qsgp inducing points (the paper's Table 3 protocol): {row['dataset']}, Pyro, {row['n']} training "
+    backend = {"pyro": "Pyro", "numpyro": "NumPyro"}[row.get("backend", "pyro")]
+    return (f"qsgp inducing points (the paper's Table 3 protocol): {row['dataset']}, {backend}, {row['n']} training "
             f"rows, QSGP-0 with an inducing point at each (m = n), hyperparameters (noise too) held at an exact "
             f"GP's on 1,000 rows, C's diagonal from Proposition 1's optimum, num_basis = batch = "
             f"{row['num_basis']}, data and Nystrom control variates on {row['support']} rows, AdaGrad "
@@ -456,27 +462,28 @@ def inducing_rows(opts):
     n = min(opts["inducing_n"], len(X))
     rows = np.random.default_rng(0).choice(len(X), n, replace=False)
     X, y = X[rows], y[rows]
+    backend = opts["inducing_backend"]
     base = {"suite": "qsgp", "part": "inducing", "dataset": "kin40k", "synthetic": problem["synthetic"], "n": n,
-            "num_basis": opts["inducing_num_basis"], "support": opts["inducing_support"], "lr": INDUCING_LR,
-            "dtype": "float32", "threads": harness.threads()}
+            "num_basis": opts["inducing_num_basis"], "support": opts["inducing_support"], "lr": opts["inducing_lr"],
+            "backend": backend, "dtype": "float32", "threads": harness.threads()}
     start = time.perf_counter()
     mean, var = harness.exact_gp_predict(X, y, Xt, hypers)
     out = [{**base, "model": f"exact GP (n = {n})", "steps": 0, "seconds": time.perf_counter() - start,
             **scores(mean, var, yt_std)}]
     start = time.perf_counter()
-    steps, model = inducing_fit("pyro", X, y, opts["inducing_num_basis"], opts["inducing_support"],
-                                opts["inducing_num_basis"], hypers, lr=INDUCING_LR)
+    steps, model = inducing_fit(backend, X, y, opts["inducing_num_basis"], opts["inducing_support"],
+                                opts["inducing_num_basis"], hypers, lr=opts["inducing_lr"])
     for done in step_through(steps, opts["inducing_steps"]):
-        mean, var = predict("pyro", model, Xt)
+        mean, var = predict(backend, model, Xt, steps.params)
         out.append({**base, "model": "QSGP-0", "steps": done, "seconds": time.perf_counter() - start,
                     **scores(mean, var, yt_std)})
     steps.close()
     # our SVGP with the same hyperparameters held, for as long as QSGP-0 trained
     budget, start = out[-1]["seconds"], time.perf_counter()
-    steps, model = svgp_fit("pyro", X, y, opts["svgp_M"], opts["batch"], hypers=hypers, hold=True)
+    steps, model = svgp_fit(backend, X, y, opts["svgp_M"], opts["batch"], hypers=hypers, hold=True)
     done = steps_until(steps, start, budget)
     steps.close()
-    mean, var = predict("pyro", model, Xt)
+    mean, var = predict(backend, model, Xt)
     out.append({**base, "model": f"SVGP-{opts['svgp_M']} (held, same seconds)", "steps": done,
                 "seconds": time.perf_counter() - start, **scores(mean, var, yt_std)})
     return out
