@@ -150,7 +150,7 @@ def _accuracy_title(row):
 
 
 def _inducing_title(row):
-    backend = {"pyro": "Pyro", "numpyro": "NumPyro"}[row.get("backend", "pyro")]
+    backend = BACKEND_NAMES[row.get("backend", "pyro")]  # rows from before the part named its backend: Pyro
     return (f"qsgp inducing points (the paper's Table 3 protocol): {row['dataset']}, {backend}, {row['n']} training "
             f"rows, QSGP-0 with an inducing point at each (m = n), hyperparameters (noise too) held at an exact "
             f"GP's on 1,000 rows, C's diagonal from Proposition 1's optimum, num_basis = batch = "
