@@ -90,7 +90,8 @@ class Resumable:
     checkpoint; a resumed process adds its own set-up once more). The clock leaves out stalls:
     a gap between two steps over :data:`STALL` times the median of the last gaps (a process
     stopped by ``SIGSTOP`` while other work used the machine, the test set scored at a row)
-    counts as one usual step.
+    counts as one usual step, and a process's set-up counts its CPU seconds where they are fewer
+    than its wall-clock ones (a process stopped before its first step).
 
     Args:
         name: the run's file names under :data:`STATE` (one name per configuration).
@@ -107,6 +108,7 @@ class Resumable:
         self.rows = _read_json(self._rows_path, [])
         self._clock = {int(step): seconds for step, seconds in _read_json(self._clock_path, {}).items()}
         self._start, self._offset, self._resumed_from = time.perf_counter(), 0.0, None
+        self._cpu_start = time.process_time()
         self._last, self._gaps, self._stalled = None, [], 0.0
 
     def fit_options(self):
@@ -119,6 +121,8 @@ class Resumable:
         if self._resumed_from is None:  # this process's first step: the fit continued from the step before
             self._resumed_from = state.step - 1
             self._offset = self._clock.get(self._resumed_from, 0.0)
+            # a stopped process's clock runs on, its CPU time does not
+            self._stalled += max(0.0, (now - self._start) - (time.process_time() - self._cpu_start))
         else:
             self._count(now - self._last)
         self._last = now

@@ -355,25 +355,34 @@ def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch, backend
 
 def test_resumable_clock_leaves_out_stalls(tmp_path, monkeypatch, capsys):
     """A long run's clock counts a stall between two steps (the process stopped while other work
-    ran) as one usual step, also in the clock it keeps for a resumed run; each row it keeps is
-    reported on stderr."""
-    now = [100.0]
+    ran) as one usual step, also in the clock it keeps for a resumed run, and a stop before a
+    process's first step by the CPU time its set-up took; each row it keeps is reported on
+    stderr."""
+    now, cpu = [100.0], [5.0]
     monkeypatch.setattr(harness.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(harness.time, "process_time", lambda: cpu[0])
     monkeypatch.setattr(harness, "STATE", str(tmp_path))
     run = harness.Resumable("run", 4, "pyro")
     tick = run.fit_options()["callbacks"][0]
     for step in range(1, 21):
         now[0] += 30.0 if step == 12 else 0.5  # stopped for 30 s before step 12
+        cpu[0] += 0.5
         tick(SimpleNamespace(step=step))
     assert run.seconds() == pytest.approx(20 * 0.5)
     clock = json.loads(next(tmp_path.glob("*.clock.json")).read_text())
     assert clock == pytest.approx({"4": 2.0, "8": 4.0, "12": 6.0, "16": 8.0, "20": 10.0})
     resumed = harness.Resumable("run", 4, "pyro")  # a new process, continuing after step 16's checkpoint
     now[0] += 0.5
+    cpu[0] += 0.75  # two threads
     resumed.fit_options()["callbacks"][0](SimpleNamespace(step=17))
     assert resumed.seconds() == pytest.approx(8.5)  # from the clock at step 16, stalls left out
     resumed.record({"steps": 17, "seconds": resumed.seconds(), "rmse": 0.25})
     assert capsys.readouterr().err == "run: 17 steps, 8 s, rmse 0.2500\n"
+    stopped = harness.Resumable("run", 4, "pyro")  # stopped for an hour while it set up
+    now[0] += 3600.0 + 2.0
+    cpu[0] += 2.0
+    stopped.fit_options()["callbacks"][0](SimpleNamespace(step=17))
+    assert stopped.seconds() == pytest.approx(8.0 + 2.0)
 
 
 def test_train_for_gives_each_runner_the_budget():
