@@ -48,7 +48,9 @@ class QSGP(GPPrior):
     values (no gradient): ``log|S|`` has no ``O(1)`` estimate, so it is computed once here
     (``O(m^3)`` time and ``O(m^2)`` float64 memory on the host; where ``K(Z, Z) + jitter I`` does
     not factorise, ``jitter`` is raised tenfold, up to three times, with a warning) and the
-    ELBO's hyperparameter gradient would miss it.
+    ELBO's hyperparameter gradient would miss it. With a small noise ``q_mu`` converges slowly
+    on this basis (its curvature ``K (K + noise I) / noise`` squares ``K``'s spread; docs/usage.md,
+    "Inducing points at every training input").
 
     The relevance vector machine (``inducing_points=Z, relevance=True``; Tipping, 2001; Evans and
     Nair's QSRVM, App. I.3): the same basis with a diagonal ``S = diag(s)``, one precision per
