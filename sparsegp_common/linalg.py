@@ -47,21 +47,37 @@ def cholesky_and_solve_cotangents(L, A, L_bar=None, A_bar=None):
     ``Phi`` taking the lower triangle and half the diagonal (Murray, 2016, "Differentiation of
     the Cholesky decomposition", eq. 10), and ``B_bar = L^{-T} A_bar``.
     """
-    xp, ops = namespace(L), backend(L)
+    ops = backend(L)
     B_bar = None if A_bar is None else ops.solve_lower(L, A_bar, True)
     P = None if A_bar is None else -(A_bar @ A.mT)
     if P is not None and tuple(P.shape) != tuple(L.shape):
-        P = _sum_to(P, tuple(L.shape))  # over B's batch axes that L lacks
+        P = sum_to(P, tuple(L.shape))  # over B's batch axes that L lacks
     if L_bar is not None:
         P = L.mT @ L_bar if P is None else P + L.mT @ L_bar
     if P is None:
         return None, None
+    return factor_cotangent(L, P), B_bar
+
+
+def factor_cotangent(L, P):
+    """``K_bar = L^{-T} Phi(P) L^{-1}`` symmetrised, for ``P = L^T L_bar`` plus what reaches ``L``
+    through its solves (see :func:`cholesky_and_solve_cotangents`), ``P`` of ``L``'s shape."""
+    xp, ops = namespace(L), backend(L)
     low = xp.tril(P)
     sym = low + low.mT - P * xp.eye(P.shape[-1], dtype=P.dtype, device=device(P))  # Phi(P) + Phi(P)^T
-    return 0.5 * ops.solve_lower(L, ops.solve_lower(L, sym, True).mT, True).mT, B_bar
+    return 0.5 * ops.solve_lower(L, ops.solve_lower(L, sym, True).mT, True).mT
 
 
-def _sum_to(x, shape):
+def phi_inner(L, dK):
+    """``Phi(L^{-1} dK L^{-T})`` for the symmetric part of ``dK`` (Phi: the lower triangle, half
+    the diagonal): ``L^{-1} dL``, the factor's tangent (Murray, 2016)."""
+    xp, ops = namespace(L, dK), backend(L, dK)
+    dK = 0.5 * (dK + dK.mT)
+    inner = ops.solve_lower(L, ops.solve_lower(L, dK).mT)
+    return xp.tril(inner) - 0.5 * xp.eye(L.shape[-1], dtype=L.dtype, device=device(L)) * inner
+
+
+def sum_to(x, shape):
     """``x`` summed over the leading axes and the broadcast (size-1) axes of ``shape``."""
     xp = namespace(x)
     if x.ndim > len(shape):

@@ -61,25 +61,22 @@ def test_a_step_factorises_kuu_once_when_whitened(backend, factorisations, white
         assert len(factorisations) == count
 
 
-def _cubic_products(backend, loss, M):
-    """The ``M x M`` by ``M x M`` matrix products of a loss and its gradient (Pyro: aten ``mm`` /
-    ``bmm`` calls seen by the profiler; NumPyro: ``dot_general`` equations of the gradient's jaxpr)."""
+def _products(backend, loss, M, N):
+    """The ``(M x M x M, M x M x N)`` matrix products of a loss and its gradient, by their
+    operands' last two axes (Pyro: aten ``mm`` / ``bmm`` calls seen by the profiler; NumPyro:
+    ``dot_general`` equations of the gradient's jaxpr)."""
     if backend.name == "pyro":
-        import torch
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             loss().backward()
-        square = [M, M]
-        return sum(e.name in ("aten::mm", "aten::bmm") and len(e.input_shapes) >= 2
-                   and e.input_shapes[0][-2:] == square and e.input_shapes[1][-2:] == square for e in prof.events())
-    jaxpr = loss()
-    found = 0
-    for eqn in _equations(jaxpr.jaxpr):
-        if eqn.primitive.name == "dot_general":
-            shapes = [tuple(v.aval.shape[-2:]) for v in eqn.invars]
-            found += all(shape == (M, M) for shape in shapes)
-    return found
+        shapes = [e.input_shapes[:2] for e in prof.events()
+                  if e.name in ("aten::mm", "aten::bmm") and len(e.input_shapes) >= 2]
+    else:
+        shapes = [[v.aval.shape for v in eqn.invars] for eqn in _equations(loss().jaxpr)
+                  if eqn.primitive.name == "dot_general"]
+    dims = [sorted(list(a[-2:]) + list(b[-2:])) for a, b in shapes if len(a) >= 2 and len(b) >= 2]
+    return dims.count([M] * 4), dims.count([M, M, M, N]) + dims.count([M, M, N, N])
 
 
 def _equations(jaxpr):
@@ -92,13 +89,16 @@ def _equations(jaxpr):
                     yield from _equations(getattr(inner, "jaxpr", inner))
 
 
-def test_a_whitened_step_multiplies_no_m_by_m_matrices(backend):
-    """The whitened SVGP's gradient of ``Kuu`` comes from ``cholesky_and_solve`` without the
-    ``L^T L_bar`` product of differentiating the factorisation and the solve one after the other:
-    no ``M x M x M`` product in ``GPModel``'s loss and gradient (one was there before)."""
+@pytest.mark.parametrize("N, cubic, by_N", [(10, 0, 4), (30, None, 2)])
+def test_the_products_of_a_whitened_step(backend, N, cubic, by_N):
+    """``GPModel``'s whitened loss and gradient at ``M = 7``: with few points (``N < 1.5 M``) the
+    gradient of ``Kuu`` comes from ``cholesky_and_solve`` without the ``L^T L_bar`` product of
+    differentiating the factorisation and the solve one after the other (no ``M x M x M``
+    product; one was there before), and q(f) takes four ``M x M x N`` products; with more
+    points, ``whitened_moments`` takes two (and a few ``M x M x M``)."""
     M = 7
     rng = np.random.default_rng(0)
-    X, y = rng.uniform(-2, 2, (30, 1)), rng.standard_normal(30)
+    X, y = rng.uniform(-2, 2, (N, 1)), rng.standard_normal(N)
     args = backend.array(X), backend.array(y)
     backend.reset()
     gp_model = backend.lib.GPModel(backend.svgp(X[:M].copy()), backend.lib.Gaussian(variance=0.1))
@@ -121,7 +121,9 @@ def test_a_whitened_step_multiplies_no_m_by_m_matrices(backend):
             return jax.make_jaxpr(jax.grad(lambda p: elbo.loss(jax.random.PRNGKey(1), p, gp_model.model,
                                                                 gp_model.guide, *args)))(params)
 
-    assert _cubic_products(backend, loss, M) == 0
+    found_cubic, found_by_N = _products(backend, loss, M, N)
+    assert found_by_N == by_N
+    assert found_cubic == cubic if cubic is not None else found_cubic <= 4
 
 
 def test_building_a_whitened_svgp_computes_no_kuu(backend, monkeypatch):

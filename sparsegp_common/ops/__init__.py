@@ -5,8 +5,8 @@ The formulas of the core take ``xp = namespace(*arrays)`` (``jax.numpy``, or the
 ``backend(*arrays)`` for the rest: one small module per array library with the same functions
 (``solve_lower``, ``cholesky``, ``precise_matmul``, ``stop_gradient``, ``with_partials``,
 ``is_concrete``, ``normal``, ``output_shape``, ``check_dtype``, and ``cos`` and ``sin``, which JAX
-evaluates faster by polynomial on a CPU) and, where a library has one, a fused kernel
-(``se_matvec``). The choice follows the arrays passed, never a process-wide switch, so both
+evaluates faster by polynomial on a CPU), steps differentiated as one (``cholesky_and_solve``,
+``whitened_moments``) and, where a library has one, a fused kernel (``se_matvec``). The choice follows the arrays passed, never a process-wide switch, so both
 packages work in one process.
 """
 import functools

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..linalg import CholeskyError
+from ..linalg import CholeskyError, phi_inner
 from . import plain_moments
 from ._jax_trig import cos, sin  # noqa: F401 (this backend's cos and sin)
 
@@ -114,14 +114,9 @@ def _escalating_cholesky_jvp(levels, message, primals, tangents):
 
 def _cholesky_tangent(L, dA):
     """``dL = L Phi(L^-1 dA L^-T)`` (Phi: the lower triangle, half the diagonal)."""
-    return L @ _phi_inner(L, dA)
+    return L @ phi_inner(L, dA)
 
 
-def _phi_inner(L, dA):
-    """``Phi(L^-1 dA L^-T)`` for the symmetric part of ``dA``: ``L^-1 dL``."""
-    dA = 0.5 * (dA + dA.mT)
-    inner = solve_lower(L, solve_lower(L, dA).mT)
-    return jnp.tril(inner) - 0.5 * jnp.eye(L.shape[-1], dtype=L.dtype) * inner
 
 
 def cholesky_and_solve(K, B, levels, message):
@@ -142,8 +137,30 @@ def _cholesky_and_solve_jvp(levels, message, primals, tangents):
     # only where L is used), and forward mode (jax.jvp, jax.hessian) still works
     (K, B), (dK, dB) = primals, tangents
     L, A = _cholesky_and_solve(K, B, levels, message)
-    P = _phi_inner(L, dK)
+    P = phi_inner(L, dK)
     return (L, A), (L @ P, solve_lower(L, dB) - P @ A)
+
+
+def whitened_moments(K, Kuf, q_mu, q_sqrt, levels, message):
+    """See :func:`sparsegp_common.variational.whitened_moments.whitened_moments`."""
+    return _whitened_moments(K, Kuf, q_mu, q_sqrt, tuple(levels), message)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5))
+def _whitened_moments(K, Kuf, q_mu, q_sqrt, levels, message):
+    from ..variational.whitened_moments import factor_and_moments
+
+    return factor_and_moments(K, Kuf, q_mu, q_sqrt, levels, message)[:3]
+
+
+@_whitened_moments.defjvp
+def _whitened_moments_jvp(levels, message, primals, tangents):
+    # forward mode as written there, which JAX transposes into the reverse mode's two M x M x N products
+    from ..variational.whitened_moments import factor_and_moments, tangents as moment_tangents
+
+    K, Kuf, q_mu, q_sqrt = primals
+    L, mean, change, saved = factor_and_moments(K, Kuf, q_mu, q_sqrt, levels, message)
+    return (L, mean, change), moment_tangents(L, saved, q_mu, q_sqrt, *tangents)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))

@@ -37,6 +37,12 @@ def cholesky_and_solve(K, B, levels, message):
     return L, solve_lower(L, B)
 
 
+def whitened_moments(K, Kuf, q_mu, q_sqrt, levels, message):
+    from ..variational.whitened_moments import factor_and_moments
+
+    return factor_and_moments(K, Kuf, q_mu, q_sqrt, levels, message)[:3]
+
+
 def precise_matmul(a, b):
     return a @ b
 

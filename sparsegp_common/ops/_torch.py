@@ -69,6 +69,38 @@ class _CholeskyAndSolve(torch.autograd.Function):
                 None, None)
 
 
+def whitened_moments(K, Kuf, q_mu, q_sqrt, levels, message):
+    """See :func:`sparsegp_common.variational.whitened_moments.whitened_moments`: one autograd node."""
+    if torch.is_grad_enabled() and any(a.requires_grad for a in (K, Kuf, q_mu, q_sqrt)):
+        return _WhitenedMoments.apply(K, Kuf, q_mu, q_sqrt, levels, message)
+    from ..variational.whitened_moments import factor_and_moments
+
+    return factor_and_moments(K, Kuf, q_mu, q_sqrt, levels, message)[:3]
+
+
+class _WhitenedMoments(torch.autograd.Function):
+    """``(L, mean, change)``, backward by :func:`sparsegp_common.variational.whitened_moments.cotangents`."""
+
+    @staticmethod
+    def forward(ctx, K, Kuf, q_mu, q_sqrt, levels, message):
+        from ..variational.whitened_moments import factor_and_moments
+
+        L, mean, change, saved = factor_and_moments(K, Kuf, q_mu, q_sqrt, levels, message)
+        ctx.save_for_backward(L, q_mu, q_sqrt, *saved)
+        ctx.shapes = (K.shape, Kuf.shape, q_mu.shape, q_sqrt.shape)
+        ctx.set_materialize_grads(False)
+        return L, mean, change
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, L_bar, mean_bar, change_bar):
+        from ..variational.whitened_moments import cotangents
+
+        L, q_mu, q_sqrt, *saved = ctx.saved_tensors
+        grads = cotangents(L, saved, q_mu, q_sqrt, L_bar, mean_bar, change_bar)
+        return (*(None if g is None else g.sum_to_size(shape) for g, shape in zip(grads, ctx.shapes)), None, None)
+
+
 def precise_matmul(a, b):
     # torch's default keeps float32 products in full precision (allow_tf32 is off for matmul)
     return a @ b

@@ -4,10 +4,11 @@ import numbers
 
 from sparsegp_common import checks, variational
 from sparsegp_common.features import Features, InducingPoints, Kuf, Kuu, component_variances
-from sparsegp_common.linalg import cholesky, cholesky_and_solve, solve_lower
+from sparsegp_common.linalg import cholesky, solve_lower
 from sparsegp_common.ops import backend, device, namespace
 from sparsegp_common.priors import GPPrior
 from sparsegp_common.variational.conditionals import add_prior, check_batch, prior_covariance, strategy, sum_components
+from sparsegp_common.variational.whitened_moments import whitened_update
 
 
 class SVGP(GPPrior):
@@ -165,9 +166,10 @@ class SVGPPosterior:
         Kfu = _latent_axes(Kuf(self.features, self.kernel, X), self.component_shape, self.latent_shape)
         if self.strategy.whiten and "Luu" not in self.__dict__:
             K = _latent_axes(Kuu(self.features, self.kernel), self.component_shape, self.latent_shape)
-            if K is not None:  # the factor (cached as Luu) and A = Luu^-1 Kuf as one differentiated step
-                self.__dict__["Luu"], A = cholesky_and_solve(K, Kfu, self.jitter, dtype=self.cholesky_dtype)
-                return self.strategy.update(A, None, self.q, full_cov, cross)  # Luu=None: A is whitened
+            if K is not None:  # the factor (cached as Luu) and q(f) from Kuu as one differentiated step
+                self.__dict__["Luu"], moments = whitened_update(K, Kfu, self.q, self.jitter, self.cholesky_dtype,
+                                                                full_cov, cross)
+                return moments
         return self.strategy.update(Kfu, self.Luu, self.q, full_cov, cross)
 
     def component_marginals(self, X):
