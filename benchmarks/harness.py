@@ -209,6 +209,20 @@ def block(result):
     return result
 
 
+def python_calls(step, count=5):
+    """Python function calls per step (``cProfile``'s count over ``count`` steps): the overhead
+    measured independently of the machine's load."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(count):
+        step()
+    profile.disable()
+    return pstats.Stats(profile).total_calls / count
+
+
 def time_steps(steps, repeats, block_seconds=0.5, warmup=3, max_block=50, pause=None):
     """Seconds per call of each function in ``steps``, in timed blocks that alternate between
     the functions so that the machine's load drifts over all of them alike, each block after a

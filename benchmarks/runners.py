@@ -335,6 +335,69 @@ class OursNumPyroSVI(Runner):
 RUNNERS = {runner.key: runner for runner in (OursPyro, OursNumPyro, GPyTorch, ContribGP, OursPyroSVI, OursNumPyroSVI)}
 
 
+class Apart:
+    """The runner ``RUNNERS[key]`` built and stepped in a process of its own (a user runs one
+    library per process: beside torch in the same process a NumPyro step at M = 256 took 15-40 %
+    longer, benchmarks/RESULTS.md, "steps: the whitened q(f) from Kuu as one differentiated
+    step"). :meth:`step` asks the process for one step and waits for it: the timing adds a
+    round trip through a pipe (tens of microseconds)."""
+
+    def __init__(self, key, X, y, Z, batch_size, lr=0.01, seed=0):
+        import multiprocessing
+
+        from . import harness
+
+        context = multiprocessing.get_context("spawn")  # no copy of this process's torch and JAX state
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, key, harness.DEVICE, X, y, Z, batch_size, lr, seed),
+                                        daemon=True)
+        self._process.start()
+        self._answer()  # built
+
+    def _call(self, *message):
+        self._conn.send(message)
+        return self._answer()
+
+    def _answer(self):
+        status, value = self._conn.recv()
+        if status == "error":
+            raise RuntimeError(f"a runner in its own process failed: {value}")
+        return value
+
+    def step(self):
+        return self._call("step")
+
+    def python_calls(self, count=5):
+        """Python calls per step in the runner's process (see :func:`~benchmarks.harness.python_calls`)."""
+        return self._call("calls", count)
+
+    def close(self):
+        self._call("close")
+        self._process.join()
+
+
+def _serve(conn, key, device, X, y, Z, batch_size, lr, seed):
+    """The child's loop of :class:`Apart`: build the runner, then answer ``step``, ``calls`` and ``close``."""
+    from . import harness
+
+    harness.DEVICE = device
+    try:
+        runner = RUNNERS[key](X, y, Z, batch_size, lr, seed)
+        conn.send(("ok", None))
+        while True:
+            message = conn.recv()
+            if message[0] == "step":
+                conn.send(("ok", float(runner.step())))
+            elif message[0] == "calls":
+                conn.send(("ok", harness.python_calls(runner.step, *message[1:])))
+            else:  # close
+                runner.close()
+                conn.send(("ok", None))
+                return
+    except Exception as error:  # noqa: BLE001 (reported in the parent, which raises it)
+        conn.send(("error", f"{type(error).__name__}: {error}"))
+
+
 def build(keys, X, y, Z, batch_size, lr=0.01, seed=0):
     """The runners ``keys`` (keys of :data:`RUNNERS`) on the same problem, side by side.
 
@@ -350,15 +413,16 @@ def build(keys, X, y, Z, batch_size, lr=0.01, seed=0):
     return {key: RUNNERS[key](X, y, Z, batch_size, lr, seed) for key in keys}
 
 
-def timed_rows(suite, dataset, keys, opts, extra=None, measure=None):
+def timed_rows(suite, dataset, keys, opts, extra=None, measure=None, apart=False):
     """The runners ``keys`` side by side on ``dataset`` at each M of ``opts["sizes"]``, timed in
     alternating blocks (:func:`~benchmarks.harness.time_steps`): one row per M with the problem,
     ``seconds_<key>`` (median) and ``blocks_<key>`` of every step function.
 
     Args:
         extra: optional ``extra(X, Z, batch) -> {name: step}``, more step functions timed beside.
-        measure: optional ``measure(steps) -> {column: value}``, run on the step functions after
-            the timing (before the runners are closed).
+        measure: optional ``measure(group, steps) -> {column: value}``, run on the runners and
+            the step functions after the timing (before the runners are closed).
+        apart: each runner in a process of its own (:class:`Apart`).
     """
     from . import harness
 
@@ -367,7 +431,8 @@ def timed_rows(suite, dataset, keys, opts, extra=None, measure=None):
     rows = []
     for M in opts["sizes"]:
         Z = harness.inducing_inputs(X, M)
-        group = build(keys, X, y, Z, opts["batch"])
+        group = ({key: Apart(key, X, y, Z, opts["batch"]) for key in keys} if apart
+                 else build(keys, X, y, Z, opts["batch"]))
         steps = {key: runner.step for key, runner in group.items()}
         steps.update(extra(X, Z, opts["batch"]) if extra else {})
         blocks = harness.time_steps(steps, opts["repeats"], opts["block_seconds"], opts["warmup"])
@@ -375,7 +440,7 @@ def timed_rows(suite, dataset, keys, opts, extra=None, measure=None):
             "suite": suite, "dataset": dataset, "synthetic": problem["synthetic"], "num_data": len(X),
             "input_dim": X.shape[1], "M": M, "batch": opts["batch"], "dtype": "float32", "device": harness.device_name(),
             "threads": harness.threads(), "repeats": opts["repeats"], "load_average": harness.load_average(),
-            **(measure(steps) if measure else {}),
+            **(measure(group, steps) if measure else {}),
         }
         close(group)
         for key, values in blocks.items():

@@ -12,10 +12,10 @@ alternate (:func:`~benchmarks.harness.time_steps`); figures are medians over blo
 function calls per step (``cProfile``, 5 steps) count the overhead whatever the machine's load.
 
 NumPyro's plain SVI path is timed in a second group, beside GPyTorch again (its ratio is to that
-GPyTorch), after the first group's runners are closed: while NumPyro's ``fit`` runs it may hold the
-BLAS library at one thread, a process-wide setting (:mod:`sparsegp_common.inference.threads`) that a user's
-own loop does not have, and switching it between the two JAX runners' blocks slowed the plain
-path's steps (23 against 15 ms at M = 256) beyond what either sees alone.
+GPyTorch), each in a process of its own (:class:`~benchmarks.runners.Apart`), as a user runs
+them: while NumPyro's ``fit`` runs it may hold the BLAS library at one thread, a process-wide
+setting (:mod:`sparsegp_common.inference.threads`) that a user's own loop does not have, and
+beside torch in one process the JAX step took 15-40 % longer (benchmarks/RESULTS.md).
 """
 import numpy as np
 
@@ -87,30 +87,17 @@ class Floor:
         return float(loss.detach())
 
 
-def python_calls(step, count=5):
-    """Python function calls per step (``cProfile``'s count over ``count`` steps): the overhead
-    measured independently of the machine's load."""
-    import cProfile
-    import pstats
-
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(count):
-        step()
-    profile.disable()
-    return pstats.Stats(profile).total_calls / count
-
-
 def run(quick):
     """One row per M: each implementation's median seconds per step, the floor's, and the ratios."""
-    def calls(steps):
-        return {f"calls_{key}": python_calls(step) for key, step in steps.items()}
+    def calls(group, steps):
+        return {f"calls_{key}": group[key].python_calls() if isinstance(group.get(key), runners.Apart)
+                else harness.python_calls(step) for key, step in steps.items()}
 
     rows = runners.timed_rows(
         "steps", DATASET, tuple(key for key in ORDER if key not in APART), settings(quick),
         extra=lambda X, Z, batch: {"floor": Floor(X, Z, batch).step, "floor_fused": Floor(X, Z, batch, fused=True).step},
         measure=calls)
-    apart = runners.timed_rows("steps", DATASET, APART + ("gpytorch",), settings(quick), measure=calls)
+    apart = runners.timed_rows("steps", DATASET, APART + ("gpytorch",), settings(quick), measure=calls, apart=True)
     for row, other in zip(rows, apart):
         row.update({f"{field}_{key}": other[f"{field}_{key}"] for key in APART for field in ("seconds", "blocks", "calls")})
         row["seconds_gpytorch_apart"], row["blocks_gpytorch_apart"] = other["seconds_gpytorch"], other["blocks_gpytorch"]
