@@ -117,8 +117,6 @@ def _cholesky_tangent(L, dA):
     return L @ phi_inner(L, dA)
 
 
-
-
 def cholesky_and_solve(K, B, levels, message):
     """See :func:`sparsegp_common.linalg.cholesky_and_solve`."""
     return _cholesky_and_solve(K, B, tuple(levels), message)
