@@ -76,7 +76,7 @@ def tangents(L, saved, q_mu, q_sqrt, dK, dKuf, dq_mu, dq_sqrt):
     P = phi_inner(L, dK)
     dA = solve_lower(L, dKuf)
     dS = dq_sqrt @ q_sqrt.mT
-    dS = dS + dS.mT  # one product: its transpose is one too
+    dS = dS + dS.mT  # X + X^T: transposed, one product (dq q^T + q dq^T would take two)
     dmean = ((dq_mu - (q_mu[..., None, :] @ P)[..., 0, :])[..., None, :] @ A)[..., 0, :] + (q_mu[..., None, :] @ dA)[..., 0, :]
     dchange = 2 * xp.sum(dA * SA, axis=-2) + xp.sum(A * ((dS - 2 * P.mT @ S) @ A), axis=-2)
     return L @ P, dmean, dchange
