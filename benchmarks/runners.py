@@ -347,6 +347,7 @@ class Apart:
 
         from . import harness
 
+        self._key = key
         context = multiprocessing.get_context("spawn")  # no copy of this process's torch and JAX state
         self._conn, child = context.Pipe()
         self._process = context.Process(target=_serve, args=(child, key, harness.DEVICE, X, y, Z, batch_size, lr, seed),
@@ -359,6 +360,9 @@ class Apart:
         return self._answer()
 
     def _answer(self):
+        while not self._conn.poll(1.0):
+            if not self._process.is_alive():  # e.g. a script without the __main__ guard spawn needs
+                raise RuntimeError(f"the process of runner {self._key!r} ended (exit code {self._process.exitcode})")
         status, value = self._conn.recv()
         if status == "error":
             raise RuntimeError(f"a runner in its own process failed: {value}")
