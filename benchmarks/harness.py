@@ -131,15 +131,24 @@ class Resumable:
             _write_json(self._clock_path, self._clock)
 
     def _count(self, gap):
-        usual = statistics.median(self._gaps) if len(self._gaps) >= 5 else None
-        if usual is not None and gap > STALL * usual:
-            self._stalled += gap - usual
+        stall = self._stall(gap)
+        if stall:
+            self._stalled += stall
         else:
             self._gaps = self._gaps[-49:] + [gap]
 
+    def _stall(self, gap):
+        """What of ``gap`` (seconds since a step) is a stall: all but one usual step, or nothing."""
+        usual = statistics.median(self._gaps) if len(self._gaps) >= 5 else None
+        return gap - usual if usual is not None and gap > STALL * usual else 0.0
+
     def seconds(self):
-        """Seconds of training so far, over every process of the run, stalls left out."""
-        return self._offset + time.perf_counter() - self._start - self._stalled
+        """Seconds of training so far, over every process of the run, stalls left out, the one in
+        progress too (a process stopped after its last step's callback, during its work, reads
+        the clock before the next step's callback counts the stall)."""
+        now = time.perf_counter()
+        pending = self._stall(now - self._last) if self._last is not None else 0.0
+        return self._offset + now - self._start - self._stalled - pending
 
     def record(self, row):
         """Keep ``row`` (a dict with ``"steps"``), and say so on stderr (a long run's progress);

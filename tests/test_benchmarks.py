@@ -355,9 +355,9 @@ def test_qsgp_convergence_continues_a_stopped_run(tmp_path, monkeypatch, backend
 
 def test_resumable_clock_leaves_out_stalls(tmp_path, monkeypatch, capsys):
     """A long run's clock counts a stall between two steps (the process stopped while other work
-    ran) as one usual step, also in the clock it keeps for a resumed run, and a stop before a
-    process's first step by the CPU time its set-up took; each row it keeps is reported on
-    stderr."""
+    ran) as one usual step, also in the clock it keeps for a resumed run and while the next step
+    is still running, and a stop before a process's first step by the CPU time its set-up took;
+    each row it keeps is reported on stderr."""
     now, cpu = [100.0], [5.0]
     monkeypatch.setattr(harness.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(harness.time, "process_time", lambda: cpu[0])
@@ -369,6 +369,9 @@ def test_resumable_clock_leaves_out_stalls(tmp_path, monkeypatch, capsys):
         cpu[0] += 0.5
         tick(SimpleNamespace(step=step))
     assert run.seconds() == pytest.approx(20 * 0.5)
+    now[0] += 60.0  # stopped during step 21's work, read before its callback
+    assert run.seconds() == pytest.approx(20 * 0.5 + 0.5)
+    now[0] -= 60.0
     clock = json.loads(next(tmp_path.glob("*.clock.json")).read_text())
     assert clock == pytest.approx({"4": 2.0, "8": 4.0, "12": 6.0, "16": 8.0, "20": 10.0})
     resumed = harness.Resumable("run", 4, "pyro")  # a new process, continuing after step 16's checkpoint
