@@ -115,6 +115,10 @@ class PyroBackend(Backend):
     def array(self, x, dtype=np.float64):
         return torch.as_tensor(np.asarray(x, dtype=dtype))
 
+    def x64(self, enabled):
+        """float64 at hand or not within the block: torch always has it."""
+        return contextlib.nullcontext()
+
     def numpy(self, x):
         return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
@@ -195,6 +199,10 @@ class NumPyroBackend(Backend):
 
     def array(self, x, dtype=np.float64):
         return jax.numpy.asarray(np.asarray(x, dtype=dtype))
+
+    def x64(self, enabled):
+        """float64 at hand or not within the block: JAX's ``jax_enable_x64`` (the tests' default: on)."""
+        return jax.enable_x64(enabled)
 
     def numpy(self, x):
         return np.asarray(x)

@@ -48,14 +48,14 @@ def lengthscale(D):
     return np.full(D, 2.0 * np.sqrt(D))
 
 
-def assert_close(g32, g64, name, label):
+def assert_close(g32, g64, name, label, deltas=DELTAS):
     """The float32 gradients (one per delta) against float64, in norm, relative to the largest
     float64 gradient of the sweep: at ``delta = 0`` the float64 gradient w.r.t. ``Z`` can vanish
     (coincident pairs contribute zero), and float32 round-off is relative to the gradient's scale."""
     g32, g64 = [np.asarray(a, np.float64) for a in g32], [np.asarray(b, np.float64) for b in g64]
     scale = max(np.linalg.norm(b) for b in g64)
     bound = (KINK_FACTOR if name.startswith("matern12") else SMOOTH_RTOL) * scale
-    for delta, a, b in zip(DELTAS, g32, g64):
+    for delta, a, b in zip(deltas, g32, g64, strict=True):
         err = np.linalg.norm(a - b)
         assert np.isfinite(a).all() and err <= bound, f"{label}, delta={delta}: |g32 - g64| = {err:.3g}, scale {scale:.3g}"
 
@@ -187,6 +187,84 @@ def test_svgp_loss_gradients_pyro(name, D):
     for key in grads[torch.float64][0]:
         assert_close([g[key] for g in grads[torch.float32]], [g[key] for g in grads[torch.float64]], name,
                      f"pyro SVGP loss d/d{key}")
+
+
+#: lengthscales between two inducing inputs (the pair that makes ``Kuu`` nearly singular)
+PAIR_DELTAS = (1e-4, 1e-3, 1e-2)
+SMOOTH = ("matern52", "rbf")
+
+
+def close_pair_problem(D, seed=3):
+    """The SVGP problem with inducing inputs at spread data points, the second moved to within
+    ``delta`` lengthscales of the first: ``Kuu``'s smallest eigenvalue is then the jitter's size
+    (1e-6), below the float32 round-off of the distance expansion at ``|x| ~ 7`` lengthscales."""
+    X, y, Zs, q_mu, q_sqrt = svgp_problem(D)
+    u = np.random.default_rng(seed).normal(size=D)
+    u /= np.linalg.norm(u)
+    Zs = np.stack([Zs[0]] * len(PAIR_DELTAS))
+    Zs[:, 1] = Zs[:, 0] + np.asarray(PAIR_DELTAS)[:, None] * lengthscale(D)[0] * u
+    return X, y, Zs, q_mu, q_sqrt
+
+
+def test_close_inducing_pair_gradients_numpyro():
+    """Two inducing inputs 1e-4 ... 1e-2 lengthscales apart (training moves them there): the float32
+    SVGP loss gradients, eager and under ``jax.jit``, agree with float64's. The distance expansion
+    in ``Kuu`` made them 100 times the true ones under ``jax.jit`` (tutorials/arviz_diagnostics.py,
+    JAX 0.12); :func:`sparsegp_common.kernels.pairwise_sqdist`. Without ``jax_enable_x64`` (as
+    users run NumPyro) and with it: the two ways that function has."""
+    lib = NumPyroBackend().lib
+    problems = {D: close_pair_problem(D) for D in DIMS}
+
+    def sweep(dtype, compiled=True):
+        def grads(name, X, y, Zs, q_mu, q_sqrt):
+            kernel = getattr(lib, KERNELS[name])(lengthscale=jnp.asarray(lengthscale(X.shape[-1]), dtype))
+            model = lib.GPModel(lib.SVGP(kernel, Zs[0]), lib.Gaussian(variance=jnp.asarray(0.1, dtype)))
+            params = {k: s["value"] for k, s in handlers.trace(model.elbo).get_trace(X, y).items() if s["type"] == "param"}
+            params.update({"gp.q_mu": q_mu, "gp.q_sqrt": q_sqrt})
+
+            def loss(Z, p):
+                return -handlers.substitute(model.elbo, data={**p, "gp.Z": Z})(X, y)
+
+            return jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, None))(Zs, params)
+
+        def run(data):
+            return {f"{name} D={D}": grads(name, *data[D]) for name in SMOOTH for D in DIMS}
+
+        return (jax.jit(run) if compiled else run)(cast(problems, dtype))
+
+    with xla_optimisations(False):
+        ref = sweep(jnp.float64)
+    # a user's float32 program (no float64: each nearest pair measured again) and one with x64
+    for label, compiled, x64 in (("eager", False, False), ("jit", True, False), ("jit x64", True, True)):
+        with jax.enable_x64(x64):
+            out = sweep(jnp.float32, compiled)
+        for case, (gZ, gp) in out.items():
+            assert_close(gZ, ref[case][0], case, f"numpyro {label} {case} d/dZ", PAIR_DELTAS)
+            for key in gp:
+                assert_close(gp[key], ref[case][1][key], case, f"numpyro {label} {case} d/d{key}", PAIR_DELTAS)
+
+
+@pytest.mark.parametrize("name", SMOOTH)
+def test_close_inducing_pair_gradients_pyro(name):
+    torch = pytest.importorskip("torch")
+    lib = PyroBackend().lib
+    for D in DIMS:
+        X, y, Zs, q_mu, q_sqrt = close_pair_problem(D)
+        grads = {}
+        for dtype in (torch.float32, torch.float64):
+            out = []
+            for Z in Zs:
+                kernel = getattr(lib, KERNELS[name])(lengthscale=torch.as_tensor(lengthscale(D), dtype=dtype))
+                gp = lib.SVGP(kernel, torch.as_tensor(Z, dtype=dtype))
+                gp.q_mu, gp.q_sqrt = torch.as_tensor(q_mu, dtype=dtype), torch.as_tensor(q_sqrt, dtype=dtype)
+                model = lib.GPModel(gp, lib.Gaussian(variance=torch.tensor(0.1, dtype=dtype)))
+                named = dict(gp.named_parameters())
+                loss = -model.elbo(torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype))
+                out.append(dict(zip(named, (g.cpu().numpy() for g in torch.autograd.grad(loss, list(named.values()))))))
+            grads[dtype] = out
+        for key in grads[torch.float64][0]:
+            assert_close([g[key] for g in grads[torch.float32]], [g[key] for g in grads[torch.float64]], name,
+                         f"pyro D={D} d/d{key}", PAIR_DELTAS)
 
 
 def test_lengthscale_length_must_match_the_inputs(backend):

@@ -200,3 +200,28 @@ def test_matern_slope_is_zero_where_the_distance_is_round_off(backend, name):
     assert (grad == 0).all(), grad
     value = backend.numpy(kernel.K(backend.array(X, np.float32), backend.array(Z, np.float32)))
     np.testing.assert_allclose(value, ref.kernel(name, X, Z.astype(np.float64), [1.0], 1.5), rtol=1e-5)
+
+
+def test_pairwise_distances_of_close_pairs_are_exact(backend, rng):
+    """``K(Z)`` in float32 with close pairs far from the centre (``|z| ~ 10`` lengthscales): each
+    input's squared distance to its nearest neighbour matches float64 to float32's relative
+    precision (the expansion ``|x|^2 + |z|^2 - 2 x.z`` alone is off by about ``eps |z|^2 = 1e-5``,
+    more than the pair's own 1e-8 to 1e-4), the rest to the expansion's round-off, with float64 at
+    hand and without (NumPyro without ``jax_enable_x64``); batched
+    lengthscales give one such matrix per batch entry."""
+    from sparsegp_common.kernels import pairwise_sqdist
+
+    Z = rng.uniform(-10, 10, (9, 3))
+    for i, gap in zip((1, 4, 7), (1e-4, 1e-3, 1e-2)):  # pairs (0, 1), (3, 4), (6, 7)
+        Z[i] = Z[i - 1] + gap * rng.normal(size=3) / np.sqrt(3)
+    Z = np.stack([Z, 2 * Z]).astype(np.float32).astype(np.float64)  # a batch of two, as float32 holds it
+    expected = ((Z[:, :, None] - Z[:, None]) ** 2).sum(-1)
+    pairs = np.array([[0, 1], [3, 4], [6, 7]])
+    for x64 in (False, True):  # NumPyro: float64 exists only with jax_enable_x64 (the tests' default)
+        with backend.x64(x64):
+            r2 = backend.numpy(pairwise_sqdist(backend.array(Z, np.float32))).astype(np.float64)
+        for b in range(2):
+            for i, j in np.concatenate([pairs, pairs[:, ::-1]]):
+                assert abs(r2[b, i, j] - expected[b, i, j]) <= 1e-6 * expected[b, i, j], (x64, b, i, j)
+        np.testing.assert_array_equal(r2[:, np.arange(9), np.arange(9)], 0.0)
+        np.testing.assert_allclose(r2, expected, atol=1e-6 * (Z**2).sum(-1).max())

@@ -295,7 +295,8 @@ def _wide_dtype():
 
 
 def wide(x, like):
-    """``x`` in the dtype that the deep basis kernels accumulate in (float64 with ``jax_enable_x64``)."""
+    """``x`` in the widest float dtype (float64 with ``jax_enable_x64``), where the deep basis kernels
+    accumulate and ``Kuu``'s distances are expanded."""
     return jnp.asarray(x, dtype=_wide_dtype())
 
 

@@ -117,7 +117,8 @@ def recurrence(step, first, second, coefficients, count):
 
 
 def wide(x, like):
-    """``x`` in the dtype that the deep basis kernels accumulate in (float64)."""
+    """``x`` in the widest float dtype (float64), where the deep basis kernels accumulate and
+    ``Kuu``'s distances are expanded."""
     return np.asarray(x, dtype=np.float64)
 
 

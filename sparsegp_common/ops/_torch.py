@@ -265,7 +265,8 @@ def recurrence(step, first, second, coefficients, count):
 
 
 def wide(x, like):
-    """``x`` in the dtype that the deep basis kernels accumulate in (float64), on ``like``'s device."""
+    """``x`` in the widest float dtype (float64), on ``like``'s device: where the deep basis kernels
+    accumulate and ``Kuu``'s distances are expanded."""
     return torch.as_tensor(x, dtype=torch.float64, device=like.device)
 
 
