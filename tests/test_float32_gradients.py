@@ -166,27 +166,34 @@ def test_svgp_loss_gradients_numpyro():
             assert_close(gp[key], ref[case][1][key], case, f"numpyro jit {case} SVGP loss d/d{key}")
 
 
-@pytest.mark.parametrize("D", DIMS)
-@pytest.mark.parametrize("name", sorted(KERNELS))
-def test_svgp_loss_gradients_pyro(name, D):
-    torch = pytest.importorskip("torch")
+def pyro_loss_gradients(name, X, y, Zs, q_mu, q_sqrt):
+    """Gradients of the Pyro SVGP loss w.r.t. the GP's parameters and the noise, ``[{name: g}]``
+    (one per ``Z`` in ``Zs``), in float32 and in float64."""
+    import torch
+
     lib = PyroBackend().lib
-    X, y, Zs, q_mu, q_sqrt = svgp_problem(D)
-    grads = {}
+    grads = []
     for dtype in (torch.float32, torch.float64):
         out = []
         for Z in Zs:
-            kernel = getattr(lib, KERNELS[name])(lengthscale=torch.as_tensor(lengthscale(D), dtype=dtype))
+            kernel = getattr(lib, KERNELS[name])(lengthscale=torch.as_tensor(lengthscale(X.shape[-1]), dtype=dtype))
             gp = lib.SVGP(kernel, torch.as_tensor(Z, dtype=dtype))
             gp.q_mu, gp.q_sqrt = torch.as_tensor(q_mu, dtype=dtype), torch.as_tensor(q_sqrt, dtype=dtype)
             model = lib.GPModel(gp, lib.Gaussian(variance=torch.tensor(0.1, dtype=dtype)))
             named = dict(list(gp.named_parameters()) + [("noise", p) for p in model.likelihood.parameters()])
             loss = -model.elbo(torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype))
             out.append(dict(zip(named, (g.cpu().numpy() for g in torch.autograd.grad(loss, list(named.values()))))))
-        grads[dtype] = out
-    for key in grads[torch.float64][0]:
-        assert_close([g[key] for g in grads[torch.float32]], [g[key] for g in grads[torch.float64]], name,
-                     f"pyro SVGP loss d/d{key}")
+        grads.append(out)
+    return grads
+
+
+@pytest.mark.parametrize("D", DIMS)
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_svgp_loss_gradients_pyro(name, D):
+    pytest.importorskip("torch")
+    g32, g64 = pyro_loss_gradients(name, *svgp_problem(D))
+    for key in g64[0]:
+        assert_close([g[key] for g in g32], [g[key] for g in g64], name, f"pyro SVGP loss d/d{key}")
 
 
 #: lengthscales between two inducing inputs (the pair that makes ``Kuu`` nearly singular)
@@ -246,25 +253,11 @@ def test_close_inducing_pair_gradients_numpyro():
 
 @pytest.mark.parametrize("name", SMOOTH)
 def test_close_inducing_pair_gradients_pyro(name):
-    torch = pytest.importorskip("torch")
-    lib = PyroBackend().lib
+    pytest.importorskip("torch")
     for D in DIMS:
-        X, y, Zs, q_mu, q_sqrt = close_pair_problem(D)
-        grads = {}
-        for dtype in (torch.float32, torch.float64):
-            out = []
-            for Z in Zs:
-                kernel = getattr(lib, KERNELS[name])(lengthscale=torch.as_tensor(lengthscale(D), dtype=dtype))
-                gp = lib.SVGP(kernel, torch.as_tensor(Z, dtype=dtype))
-                gp.q_mu, gp.q_sqrt = torch.as_tensor(q_mu, dtype=dtype), torch.as_tensor(q_sqrt, dtype=dtype)
-                model = lib.GPModel(gp, lib.Gaussian(variance=torch.tensor(0.1, dtype=dtype)))
-                named = dict(gp.named_parameters())
-                loss = -model.elbo(torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype))
-                out.append(dict(zip(named, (g.cpu().numpy() for g in torch.autograd.grad(loss, list(named.values()))))))
-            grads[dtype] = out
-        for key in grads[torch.float64][0]:
-            assert_close([g[key] for g in grads[torch.float32]], [g[key] for g in grads[torch.float64]], name,
-                         f"pyro D={D} d/d{key}", PAIR_DELTAS)
+        g32, g64 = pyro_loss_gradients(name, *close_pair_problem(D))
+        for key in g64[0]:
+            assert_close([g[key] for g in g32], [g[key] for g in g64], name, f"pyro D={D} d/d{key}", PAIR_DELTAS)
 
 
 def test_lengthscale_length_must_match_the_inputs(backend):
