@@ -47,8 +47,8 @@ def gradient_spiked(step, norm, median):
         f"fit stopped: the gradient norm jumped to {norm:.3g} at step {step}, {norm / median:.2g} times "
         f"the median {median:.3g} of the steps before. After such a step Adam's second-moment "
         "estimate is swamped and every parameter stays frozen for thousands of steps, while the loss "
-        "looks calm. It is usually round-off: train in float64 (or "
-        "SVGP(cholesky_dtype='float64')), raise the jitter, standardise the inputs X; or lower the learning "
-        "rate. With checkpoint=... the last checkpoint before it is kept and resume=True continues "
+        "looks calm. It is usually round-off, or inducing inputs Z that nearly coincide: train in float64 "
+        "(or SVGP(cholesky_dtype='float64')), raise the jitter, standardise the inputs X, spread Z out; or "
+        "lower the learning rate. With checkpoint=... the last checkpoint before it is kept and resume=True continues "
         "from it."
     )
