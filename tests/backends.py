@@ -7,6 +7,14 @@ class Backend:
         """A kernel with float64 hyperparameters (Pyro's defaults follow torch's default dtype)."""
         return getattr(self.lib, KERNELS[name])(lengthscale=self.array(lengthscale), variance=variance)
 
+    def set(self, obj, **values):
+        """Set (constrained) parameter values of a module: only parameters it has (a misspelt or
+        renamed one would otherwise become a new attribute, and the test would run at the defaults)."""
+        for name, value in values.items():
+            assert self.has_parameter(obj, name), f"{type(obj).__name__} has no parameter {name!r}"
+            setattr(obj, name, self.array(value))
+        return obj
+
     def svgp(self, Z, kernel=("rbf", [0.8], 1.3), q_mu=None, q_sqrt=None, name="gp", **options):
         """An SVGP on ``Z`` with the given (constrained) variational parameters."""
         gp = self.lib.SVGP(self.kernel(*kernel), self.array(Z), name=name, **options)
@@ -122,11 +130,8 @@ class PyroBackend(Backend):
     def numpy(self, x):
         return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
-    def set(self, obj, **values):
-        """Set (constrained) parameter values of a module."""
-        for name, value in values.items():
-            setattr(obj, name, self.array(value))
-        return obj
+    def has_parameter(self, obj, name):
+        return name in obj.__dict__.get("_pyro_params", ()) or name in obj.__dict__.get("_parameters", ())
 
     def bound(self, obj):
         """The object with parameters readable as attributes."""
@@ -207,10 +212,8 @@ class NumPyroBackend(Backend):
     def numpy(self, x):
         return np.asarray(x)
 
-    def set(self, obj, **values):
-        for name, value in values.items():
-            setattr(obj, name, self.array(value))
-        return obj
+    def has_parameter(self, obj, name):
+        return name in obj._constraints
 
     def bound(self, obj):
         return obj.bind()
