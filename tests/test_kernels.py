@@ -208,15 +208,18 @@ def test_pairwise_distances_of_close_pairs_are_exact(backend, rng):
     precision (the expansion ``|x|^2 + |z|^2 - 2 x.z`` alone is off by about ``eps |z|^2 = 1e-5``,
     more than the pair's own 1e-8 to 1e-4), the rest to the expansion's round-off, with float64 at
     hand and without (NumPyro without ``jax_enable_x64``); batched
-    lengthscales give one such matrix per batch entry."""
+    lengthscales give one such matrix per batch entry. Inputs 6, 7, 8 are a chain (8's nearest
+    neighbour is 7, whose own is 6): the pair (7, 8) is exact only through input 8's row."""
     from sparsegp_common.kernels import pairwise_sqdist
 
     Z = rng.uniform(-10, 10, (9, 3))
     for i, gap in zip((1, 4, 7), (1e-4, 1e-3, 1e-2)):  # pairs (0, 1), (3, 4), (6, 7)
         Z[i] = Z[i - 1] + gap * rng.normal(size=3) / np.sqrt(3)
+    Z[8] = Z[7] + 3 * (Z[7] - Z[6])
     Z = np.stack([Z, 2 * Z]).astype(np.float32).astype(np.float64)  # a batch of two, as float32 holds it
     expected = ((Z[:, :, None] - Z[:, None]) ** 2).sum(-1)
-    pairs = np.array([[0, 1], [3, 4], [6, 7]])
+    pairs = np.array([[0, 1], [3, 4], [6, 7], [7, 8]])
+    assert (np.argmin(expected[0] + np.diag(np.full(9, np.inf)), axis=1)[6:] == [7, 6, 7]).all()
     for x64 in (False, True):  # NumPyro: float64 exists only with jax_enable_x64 (the tests' default)
         with backend.x64(x64):
             r2 = backend.numpy(pairwise_sqdist(backend.array(Z, np.float32))).astype(np.float64)
