@@ -146,14 +146,15 @@ class WeightSpace(Whitened):
     leaving round-off): the change is ``B^T S B`` alone, and what is added is the prior's residual,
     ``k - Phi Phi^T`` (zero, or a method's correction)."""
 
-    def update(self, Kuf, Luu, q, full_cov=False, cross=None):
+    def update(self, Kuf, Luu, q, full_cov=False):
+        """As :meth:`Whitened.update`, without a coupled mean (no weight-space prior has one)."""
         if Luu is not None:
             raise ValueError("weight-space features have Kuu = I: pass Luu=None")
         mean, change = project(q, Kuf, full_cov)
         if change is None:  # a point mass over the weights changes no covariance
             shape = mean.shape + (mean.shape[-1],) * full_cov
             change = namespace(mean).zeros(shape, dtype=mean.dtype, device=device(mean))
-        return (mean, change) if cross is None else (mean, change, Kuf.mT @ cross)
+        return mean, change
 
 
 def strategy(whiten):
