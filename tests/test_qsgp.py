@@ -239,3 +239,19 @@ def test_literal_theorem_3_estimates_the_printed_quantity_from_below():
     true = kl - np.sum(_expected_log_sigmoid(y, mean, v))
     assert loss_sum / count >= printed - 1e-12
     assert abs(printed - true) > 1e-3  # v != 1: the printed quantity is another one
+
+
+def test_subsampled_f_draws_one_weight_per_distinct_index():
+    """An index drawn twice is one weight: both copies take the same normal draw, so each row's
+    ``f_hat`` is ``(m / m~) mult_i w_i`` here (``Phi = I``: row ``i`` reads weight ``i`` alone)
+    with ``w_i = mu_i + C_ii eps`` and ``eps`` one of the drawn normals."""
+    from sparsegp_common.objectives.quadruply_stochastic import BoundDraw, subsampled_f
+
+    m = 5
+    _, _, _, q = problem(m=m, k=0)
+    I, eps = np.array([3, 1, 3]), np.array([0.3, -1.2, 0.8])
+    f = subsampled_f(TableBasis(np.eye(m), np.eye(m), True), q, np.arange(m), BoundDraw(I, np.zeros(0), eps))
+    np.testing.assert_array_equal(f[[0, 2, 4]], 0.0)
+    for i, multiplicity in ((3, 2), (1, 1)):
+        drawn = (f[i] / (multiplicity * m / len(I)) - q.q_mu[i]) / np.exp(q.log_diag[i])
+        assert np.isclose(eps, drawn, rtol=1e-12, atol=0).any(), (i, drawn)
