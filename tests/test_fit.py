@@ -350,6 +350,20 @@ def test_early_stopping_restores_the_best_parameters(backend):
     assert not np.allclose(snapshots[3], snapshots[5])
 
 
+def test_patience_counts_evaluations_since_the_best_and_survives_a_checkpoint():
+    """``patience`` evaluations without improvement since the best, not in all: an improvement
+    starts the count again; a tracker loaded from a checkpoint's state goes on counting."""
+    tracker = EarlyStopping(patience=2)
+    for step, value in enumerate([5.0, 6.0, 4.0, 5.0], start=1):
+        tracker.update(step, value)
+        assert not tracker.should_stop, step
+    resumed = EarlyStopping(patience=2)
+    resumed.load(tracker.state())
+    assert (resumed.best, resumed.best_step, resumed.history) == (4.0, 3, tracker.history)
+    resumed.update(5, 4.5)
+    assert resumed.should_stop
+
+
 def test_resume_reaches_the_uninterrupted_parameters(backend, tmp_path):
     """Killed after step 7 with the last checkpoint at step 5, then resumed: the same result as
     one uninterrupted run (stochastic loss, subsampling plate, lr schedule)."""
