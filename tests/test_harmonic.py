@@ -21,8 +21,11 @@ def _groups():
     def reflect(signs):
         return lambda x: center + (x - center) @ basis @ np.diag(signs) @ basis.T
 
-    def roll(a, b):
-        return lambda x: np.roll(x.reshape(-1, 4, 4), (2 * a, 2 * b), axis=(1, 2)).reshape(-1, 16)
+    def roll(a, b, shape=(4, 4), step=(2, 2)):
+        return lambda x: np.roll(x.reshape(-1, *shape), (step[0] * a, step[1] * b), axis=(1, 2)).reshape(x.shape)
+
+    def flip(a, b):  # a 3 x 4 image upside down (a) and left to right (b)
+        return lambda x: x.reshape(-1, 3, 4)[:, :: (-1) ** a, :: (-1) ** b].reshape(x.shape)
 
     return {
         "negation": (core.Negation(center=0.5), [lambda x: x, lambda x: 1.0 - x], 2),
@@ -32,6 +35,9 @@ def _groups():
                 [reflect([(-1) ** s[0], (-1) ** s[1], (-1) ** s[0]]) for s in np.ndindex(2, 2)], 3),
         "rotation5": (core.Rotation(5), [lambda x, s=s: x @ _rotation(2 * np.pi * s / 5).T for s in range(5)], 2),
         "translation": (core.ImageTranslation((4, 4), 2), [roll(a, b) for a, b in np.ndindex(2, 2)], 16),
+        "translation_4x6": (core.ImageTranslation((4, 6), (2, 3)),
+                            [roll(a, b, (4, 6), (2, 3)) for a, b in np.ndindex(2, 2)], 24),
+        "flips": (core.ImageFlips((3, 4)), [flip(a, b) for a, b in np.ndindex(2, 2)], 12),
         "rotation4_x_flip": (
             core.MultiWay(core.Rotation(4), core.Reflections.along_axes([[2]])),
             [lambda x, s=s: np.concatenate([x[:, :2] @ _rotation(np.pi * s[0] / 2).T, x[:, 2:] * (-1) ** s[1]], axis=1)
@@ -341,6 +347,8 @@ def test_kernels_that_are_not_invariant_are_refused(backend, rng):
     ard = backend.kernel("matern32", [0.5, 1.0, 2.0], 1.0)
     with pytest.raises(ValueError, match=r"3 ARD lengthscales .* Reflections"):
         lib.SVGP(ard, lib.HarmonicFeatures(backend.array(X[:4]), core.Reflections.pca(X, 2)))
+    with pytest.raises(ValueError, match=r"2 ARD lengthscales .* Rotation"):
+        lib.SVGP(backend.kernel("rbf", [0.5, 1.0], 1.0), lib.HarmonicFeatures(backend.array(X[:4, :2]), core.Rotation(4)))
     gp = lib.SVGP(ard, lib.HarmonicFeatures(backend.array(X[:4]), core.Reflections.along_axes([[0], [2]])), name="axes")
     assert backend.numpy(gp.predict_f(backend.array(X))[0]).shape == (20,)
 
