@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sparsegp_common.inference.training import EarlyStopping, make_plan
+from sparsegp_common.inference.training import EarlyStopping, make_plan, split_param_groups
 from resume import crash_and_resume
 from trajectories import assert_same_loss_and_gradients, assert_same_trajectory, loss_and_gradients, spread
 
@@ -148,6 +148,17 @@ def test_param_groups_have_their_own_learning_rate(backend):
                         param_groups=[{"params": "gp.net.*", "lr": 0.1}])
     with pytest.raises(TypeError, match="param_groups"):
         backend.lib.fit(model.model, model.guide, (X, y), num_steps=1, progress=False, param_groups=[{"lr": 0.1}])
+
+
+def test_param_group_selectors_are_globs_names_or_predicates():
+    """``"params"`` patterns match whole names as globs (a name is no prefix of others); a
+    parameter goes to the first group that selects it; the rest keep ``lr``."""
+    names = ["gp.kernel", "gp.kernel.lengthscale", "gp.kernel.variance", "gp.q_mu", "lik.variance"]
+    groups = split_param_groups(names, [{"params": "gp.kernel", "lr": 1.0}, {"params": ["*.variance", "gp.q_?u"]},
+                                        {"params": lambda n: n.startswith("gp."), "lr": 3.0, "betas": (0.5, 0.9)}], 0.1)
+    assert groups == [(["gp.kernel"], 1.0, {}), (["gp.kernel.variance", "gp.q_mu", "lik.variance"], 0.1, {}),
+                      (["gp.kernel.lengthscale"], 3.0, {"betas": (0.5, 0.9)})]
+    assert split_param_groups(names, [{"params": "lik.*"}], 0.2)[-1] == (names[:4], 0.2, {})
 
 
 def test_param_groups_can_have_their_own_optimiser(backend, tmp_path):
