@@ -146,3 +146,15 @@ def test_backends_draw_the_same_patterns():
         results.append([backend.numpy(p) for p in model.simulate(num_samples=3, seed=7, batch_size=128)])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_thinning_doubles_a_bound_the_intensity_exceeds():
+    """A constant intensity 8 on a 2 x 2 square thinned from a bound of 4: the bound is doubled
+    until it dominates (accepting where ``lambda > bound`` would give rate 4), so the counts have
+    mean 32 (z-test over 300 patterns, a fixed seed); a bound never reached is an error."""
+    square, rng = windows.Rectangle([[0.0, 2.0], [0.0, 2.0]]), np.random.default_rng(0)
+    intensity = lambda X, seed: np.full(len(X), math.log(8.0))  # noqa: E731
+    counts = [len(windows.thin(square, math.log(4.0), intensity, rng)) for _ in range(300)]
+    assert abs(np.mean(counts) - 32.0) <= 4 * math.sqrt(32.0 / 300), np.mean(counts)
+    with pytest.raises(RuntimeError, match="kept exceeding its bound after 3 doublings"):
+        windows.thin(square, 0.0, lambda X, seed: np.full(len(X), 50.0), rng, max_tries=3)

@@ -165,6 +165,20 @@ def test_params_substitute_into_a_fresh_model_and_checkpoints_round_trip(tmp_pat
     torch.testing.assert_close(tuple(fresh.predict_y(X[:6])[:2]), tuple(trained[:2]))
 
 
+def test_a_loaded_store_of_another_shape_is_a_clear_error(tmp_path):
+    """The store saved from a GP with 8 inducing inputs, loaded beside one with 6 under the same
+    name: its first read names the parameter and both shapes (and keeps its own values)."""
+    path = str(tmp_path / "store")
+    regression().predict_f(data()[0][:3])  # its parameters enter the store
+    pyro.get_param_store().save(path)
+    pyro.clear_param_store()
+    kernel = psg.SquaredExponential(lengthscale=torch.tensor([1.0], dtype=torch.float64))
+    smaller = psg.GPModel(psg.SVGP(kernel, torch.linspace(-3, 3, 6, dtype=torch.float64)[:, None]), psg.Gaussian())
+    pyro.get_param_store().load(path)
+    with pytest.raises(ValueError, match=r"holds 'gp\.\w+(\.\w+)?' with shape \(8.*shape \(6.*build the component"):
+        smaller.predict_f(data()[0][:3])
+
+
 def additive(first, second):
     """A user's model with two components: ``f = f_1 + f_2``."""
     def model(X, y):

@@ -400,8 +400,11 @@ def thin(window, log_bound, draw_log_intensity, rng, max_tries=10):
     """One pattern of a Poisson process by thinning, given draws of its log-intensity.
 
     Candidates are a homogeneous process of rate ``exp(log_bound)`` on the window's bounding box
-    (kept when inside the window); each is accepted with probability ``lambda(x) / bound``. A
-    draw whose intensity exceeds the bound at a candidate is redrawn with the bound doubled.
+    (kept when inside the window); each is accepted with probability ``lambda(x) / bound``: exact
+    where the bound dominates ``lambda``. A draw whose intensity exceeds the bound at a candidate
+    is redrawn with the bound doubled (an excess where no candidate falls goes unseen, so the
+    first bound should dominate: :meth:`~sparsegp_common.objectives.cox.CoxProcess.simulate`
+    takes the mean plus 5 standard deviations of ``log lambda``).
 
     Args:
         window: the :class:`Window`.
