@@ -231,10 +231,13 @@ def test_predictive_variance_bounds_and_mean_independent_of_covariance_basis(bac
 # ---------------------------------------------------------------- 11. unbiasedness
 
 
-def test_subsampled_kl_is_unbiased(backend, rng):
-    Za, Zb = rng.normal(size=(20, 2)), rng.normal(size=(3, 2))
-    values = dict(a=rng.normal(size=20), L=lower(rng, 3))
-    gp = make(backend, Za, Zb, kl_subsample_size=4, **values)
+@pytest.mark.parametrize("num_alpha, subsample", [(20, 4), (5, 2)])
+def test_subsampled_kl_is_unbiased(backend, rng, num_alpha, subsample):
+    """z-test over 4,000 draws; with 2 columns of 5 a scale of ``(M - 1) / n`` for ``M / n``
+    (20 % low) fails it."""
+    Za, Zb = rng.normal(size=(num_alpha, 2)), rng.normal(size=(3, 2))
+    values = dict(a=rng.normal(size=num_alpha), L=lower(rng, 3))
+    gp = make(backend, Za, Zb, kl_subsample_size=subsample, **values)
     exact = kl(backend, gp, subsample=False)
     assert exact == pytest.approx(kl(backend, make(backend, Za, Zb, name="exact", **values)), rel=1e-12)
     draws = subsampled_kls(backend, gp, 4000)
