@@ -113,6 +113,18 @@ def test_binned_matches_reference_and_converges(backend, rng):
     assert gaps[-1] < 0.01 * gaps[0] and gaps[-1] < 0.02
 
 
+def test_binned_cells_subsampled_are_unbiased(backend, rng):
+    """3 of 10 cells a step (``integration_batch``): over 300 seeds the binned ELBO averages to the
+    one over every cell (z-test)."""
+    model, events, svgp_ref, events_np = cox(backend, rng)
+    binned = backend.lib.CoxProcess(model.prior, windows.Interval(LOW, HIGH), backend.lib.Binned(10), offset=OFFSET,
+                                    integration_batch=3)
+    exact = ref.cox_binned_elbo(svgp_ref, events_np, LOW, HIGH, 10, OFFSET)
+    draws = np.array([elbo(backend, binned, events, seed=s) for s in range(300)])
+    assert draws.std() > 0.05 * abs(exact)  # the cells drawn matter ...
+    assert abs(draws.mean() - exact) < 4 * draws.std(ddof=1) / math.sqrt(len(draws))  # ... and the mean is exact
+
+
 def true_log_intensity(x):
     return 1.0 + 1.2 * np.sin(x / 1.6)
 
