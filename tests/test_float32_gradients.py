@@ -327,3 +327,23 @@ def test_loss_history_checks_the_gradient_norms():
     for i in range(5):  # too few steps to judge a spike
         history.append((1.0, 1e9 if i == 4 else 1.0))
     history.read()
+
+
+def test_loss_history_finds_a_runaway_within_one_read():
+    """Losses read back together (``loss_every > 1``): a loss that runs away from the best of the
+    same read is caught there (the best so far includes the read's earlier losses)."""
+    from sparsegp_common.inference.training import LossHistory
+
+    history = LossHistory([], to_floats=lambda pairs: pairs)
+    for value in (10.0, 1.0, 5.0):
+        history.append((value, 1.0))
+    assert history.read() == [10.0, 1.0, 5.0]
+    for value in (2.0, 0.5, 2e4):
+        history.append((value, 1.0))
+    with pytest.raises(FloatingPointError, match="ran away"):
+        history.read()
+    history = LossHistory([], to_floats=lambda pairs: pairs)
+    for value in (10.0, 1.0, 2e4):  # the first read of a run
+        history.append((value, 1.0))
+    with pytest.raises(FloatingPointError, match="ran away"):
+        history.read()
