@@ -242,3 +242,13 @@ def test_more_than_one_subsampling_plate_is_refused():
     with pytest.raises(ValueError, match="'a', 'b' all subsample.*subsample_size=None"):
         subsampling_plate({("a", 10, 4), ("b", 8, 2)})
     np.testing.assert_array_equal(full_data_chunks(5, 2), [[0, 1], [2, 3], [4, 0]])
+
+
+def test_site_dims_name_each_plate_at_its_own_axis():
+    """A value ``(3, 4, 5)`` with one event dimension inside plates at dims -2 and -1: the plates
+    name the two batch axes in order; a plate beyond the value's batch axes names none."""
+    from sparsegp_common.inference.diagnostics import plate_axis, site_dims
+
+    assert site_dims("s", (3, 4, 5), 1, [("outer", -2), ("inner", -1)]) == ["outer", "inner", "s_dim_2"]
+    assert site_dims("s", (4, 5), 1, [("outer", -2), ("inner", -1)]) == ["inner", "s_dim_1"]
+    assert [plate_axis((3, 4, 5), 1, dim) for dim in (-1, -2, -3, None)] == [1, 0, None, None]

@@ -84,6 +84,25 @@ def test_joint_samples_have_the_posterior_moments(backend):
     np.testing.assert_array_equal(samples, again)
 
 
+def test_joint_samples_of_latent_functions_have_their_posterior_moments(backend):
+    """``num_latent = 2``: draws ``(S, N, L)``, each latent function's mean and covariance those of
+    ``predict_f(full_cov=True)`` (``(N, L)`` and ``(L, N, N)``) at the same points, in order."""
+    rng, S = np.random.default_rng(1), 4000
+    X, Z = rng.normal(size=(5, 2)), rng.normal(size=(4, 2))
+    gp = backend.lib.SVGP(backend.kernel("rbf", [1.0, 1.0], 1.0), backend.array(Z), num_latent=2)
+    backend.set(gp, q_mu=rng.normal(size=(2, 4)), q_sqrt=np.stack([np.tril(0.3 * rng.normal(size=(4, 4)), -1)
+                                                                   + np.diag(rng.uniform(0.3, 0.8, 4))] * 2))
+    model = backend.lib.GPModel(gp, backend.lib.Softmax(2))  # a likelihood of two latent functions
+    samples = backend.numpy(model.sample_f(backend.array(X), num_samples=S, seed=3))
+    mean, cov = (backend.numpy(a) for a in model.predict_f(backend.array(X), full_cov=True))
+    assert samples.shape == (S, 5, 2) and mean.shape == (5, 2) and cov.shape == (2, 5, 5)
+    for latent in range(2):
+        draws = samples[..., latent]
+        z = (draws.mean(0) - mean[:, latent]) / np.sqrt(np.diag(cov[latent]) / S)
+        assert np.all(np.abs(z) < 4.5), (latent, z)
+        np.testing.assert_allclose(np.cov(draws.T), cov[latent], atol=0.1 * np.max(np.diag(cov[latent])))
+
+
 def test_parameters_can_be_substituted(backend):
     model, X, _ = build(backend, "gaussian", whiten=True, diagonal=False)
     before = backend.numpy(model.predict_f(X)[0])
