@@ -90,8 +90,8 @@ def test_joint_samples_of_latent_functions_have_their_posterior_moments(backend)
     rng, S = np.random.default_rng(1), 4000
     X, Z = rng.normal(size=(5, 2)), rng.normal(size=(4, 2))
     gp = backend.lib.SVGP(backend.kernel("rbf", [1.0, 1.0], 1.0), backend.array(Z), num_latent=2)
-    backend.set(gp, q_mu=rng.normal(size=(2, 4)), q_sqrt=np.stack([np.tril(0.3 * rng.normal(size=(4, 4)), -1)
-                                                                   + np.diag(rng.uniform(0.3, 0.8, 4))] * 2))
+    q_sqrt = np.tril(0.3 * rng.normal(size=(2, 4, 4)), -1) + np.stack([np.diag(rng.uniform(0.3, 0.8, 4)) for _ in range(2)])
+    backend.set(gp, q_mu=rng.normal(size=(2, 4)), q_sqrt=q_sqrt)  # each latent function its own q
     model = backend.lib.GPModel(gp, backend.lib.Softmax(2))  # a likelihood of two latent functions
     samples = backend.numpy(model.sample_f(backend.array(X), num_samples=S, seed=3))
     mean, cov = (backend.numpy(a) for a in model.predict_f(backend.array(X), full_cov=True))
