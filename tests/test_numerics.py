@@ -28,6 +28,20 @@ def test_jitter_escalation(backend):
         backend.lib.cholesky(backend.array(-np.eye(3)))
 
 
+@pytest.mark.parametrize("max_tries", [1, 2, 3])
+def test_jitter_escalation_takes_max_tries_levels(backend, max_tries):
+    """``max_tries`` tenfold escalations after the first jitter: a matrix whose smallest eigenvalue
+    is -5e-5 fails at 1e-6 and 1e-5 and factorises at 1e-4, the second escalation."""
+    Q = np.linalg.qr(np.random.default_rng(0).normal(size=(3, 3)))[0]
+    A = (Q * np.array([1.0, 0.5, -5e-5])) @ Q.T
+    if max_tries < 2:
+        with pytest.raises(backend.lib.CholeskyError):
+            backend.lib.cholesky(backend.array(A), jitter=1e-6, max_tries=max_tries)
+        return
+    L = backend.numpy(backend.lib.cholesky(backend.array(A), jitter=1e-6, max_tries=max_tries))
+    np.testing.assert_allclose(L @ L.T, A + 1e-4 * np.eye(3), atol=1e-12)
+
+
 def test_jitter_escalation_under_jit():
     """Traced: the same escalation through a loop; a final failure gives NaN, not an error; under
     ``vmap`` each matrix keeps the first level that factorises it."""

@@ -244,6 +244,34 @@ def test_components_of_a_base_kernel_add_the_prior_once(backend, rng, whiten):
     assert float(backend.numpy(model.elbo(backend.array(X), backend.array(y)))) == pytest.approx(expected, rel=1e-10)
 
 
+def test_undeclared_batch_axes_are_errors_where_kuu_is_the_identity(backend, rng):
+    """Features with ``Kuu = I`` have no factor whose batch shape the constructor checks: a batch
+    axis of ``Kuf`` or of the kernel that is neither a latent function nor a declared component is
+    an error when ``q(f)`` or the prior variance meets it, not a sum broadcast over it."""
+    lib, M = backend.lib, 4
+    X, Z = rng.normal(size=(9, 2)), rng.normal(size=(2, M, 2))
+
+    class StackedPoints(lib.features.Features):  # two sets of points, no component declared
+        def __init__(self, Z):
+            super().__init__()
+            self._param("Z", Z)
+
+        num_inducing = property(lambda self: self.Z.shape[-2])
+        input_dim = property(lambda self: self.Z.shape[-1])
+
+    lib.Kuu.register(StackedPoints, lib.kernels.Kernel)(lambda features, kernel: None)
+    lib.Kuf.register(StackedPoints, lib.kernels.Kernel)(lambda features, kernel, X: kernel.K(features.Z, X))
+    gp = lib.SVGP(backend.kernel(*KERN), StackedPoints(backend.array(Z)))
+    with pytest.raises(ValueError, match=r"mean shape \(2, 9\).*component shape \(\)"):
+        gp.predict_f(backend.array(X))
+
+    backend.reset()
+    kernel = lib.Matern52(lengthscale=backend.array([[0.7, 1.4], [2.0, 0.5]]), variance=backend.array([1.3, 0.6]))
+    gp = lib.SVGP(kernel, StackedPoints(backend.array(Z)))
+    with pytest.raises(ValueError, match=r"K_diag has shape \(2, 9\).*component shape \(\)"):
+        backend.bound(gp).prior_variance(backend.array(X))
+
+
 def test_q_u_with_a_shift_and_cross_directions(backend, rng):
     """``q_u(shift, cross)`` is ``N(q_mu + shift, S + cross cross^T)``: both kept when both are given."""
     X, Z, q_mu, q_sqrt = problem(rng)
