@@ -1,4 +1,6 @@
 """The SVGP against the dense float64 reference: KL, q(f) moments, ELBO, Titsias optimum."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -242,6 +244,25 @@ def test_components_of_a_base_kernel_add_the_prior_once(backend, rng, whiten):
     model = lib.GPModel(gp, backend.set(lib.Gaussian(), variance=noise))
     expected = ref.gaussian_ell(noise)(y, mean, var).sum() - sum(r.kl() for r in refs)
     assert float(backend.numpy(model.elbo(backend.array(X), backend.array(y)))) == pytest.approx(expected, rel=1e-10)
+
+
+@pytest.mark.parametrize("num_latent", [None, 2])
+def test_unwhitened_diagonal_q_starts_at_the_least_kl(backend, rng, num_latent):
+    """A diagonal ``q`` cannot be the prior ``N(0, Kuu)``: it starts where the KL is least over
+    diagonal ``q``, which is the KL's minimum along each coordinate of ``q_sqrt``."""
+    _, Z, _, _ = problem(rng, M=5)
+    gp = backend.svgp(Z, KERN, whiten=False, diagonal=True, num_latent=num_latent)
+    state = gp.inspect()
+    q_sqrt = backend.numpy(state.params["gp.q_sqrt"])
+    assert q_sqrt.shape == (() if num_latent is None else (num_latent,)) + (5,)
+    Kuu = ref.kernel(KERN[0], Z, Z, *KERN[1:]) + 1e-6 * np.eye(5)
+    kl = lambda s: ref.gaussian_kl(np.zeros(5), np.diag(s**2), np.zeros(5), Kuu)
+    start = q_sqrt.reshape(-1, 5)[-1]
+    for i, step in itertools.product(range(5), (-1e-3, 1e-3)):
+        assert kl(start + step * np.eye(5)[i]) > kl(start)
+    expected = (1 if num_latent is None else num_latent) * kl(start)
+    assert float(backend.numpy(state.kl)) == pytest.approx(expected, rel=1e-9)
+    assert expected < (1 if num_latent is None else num_latent) * kl(np.sqrt(np.diag(Kuu)))  # the marginals' KL
 
 
 def test_undeclared_batch_axes_are_errors_where_kuu_is_the_identity(backend, rng):

@@ -37,7 +37,8 @@ class SVGP(GPPrior):
             Cholesky factor (see :class:`~sparsegp_common.priors.mean_functions.CoupledMean`).
         name: prefix of the parameter and sample-site names (``<name>.q_mu``, ``<name>.u``, ...).
 
-    ``q`` starts at the prior (``KL = 0``).
+    ``q`` starts at the prior (``KL = 0``); unwhitened and diagonal, at the diagonal ``q`` nearest to it
+    (the least KL).
     """
 
     def __init__(self, kernel, Z, *, num_latent=None, whiten=True, diagonal=False, jitter=1e-6,

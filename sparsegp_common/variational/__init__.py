@@ -71,11 +71,15 @@ class DiagonalGaussian(CholeskyGaussian):
 
     @staticmethod
     def _initial_scale(shape, like, Luu):
-        """``q_sqrt`` at the prior marginals: ``1`` (whitened) or ``diag(Luu)``, ``shape``."""
+        """``q_sqrt``, ``shape``: ``1`` (whitened: the prior), else the diagonal nearest to the prior
+        ``N(0, Kuu)``, ``S_ii = 1 / (Kuu^{-1})_ii`` (each ``u_i``'s variance given all the others),
+        where the KL, ``(tr(Kuu^{-1} S) - log|S|) / 2 + const``, is least."""
         if Luu is None:
             return backend(like).from_host(np.ones(shape), like)
         xp = namespace(Luu)
-        return xp.asarray(xp.broadcast_to(xp.linalg.diagonal(Luu), shape), copy=True)
+        eye = xp.eye(Luu.shape[-1], dtype=Luu.dtype, device=device(Luu))
+        precision = xp.sum(solve_lower(Luu, xp.broadcast_to(eye, Luu.shape)) ** 2, axis=-2)  # (L^-T L^-1)_ii
+        return xp.asarray(xp.broadcast_to(1 / xp.sqrt(precision), shape), copy=True)
 
     def scale_diagonal(self):
         return self.q_sqrt
