@@ -117,7 +117,7 @@ class SVGPRef:
 
 class CoupledRef:
     """SVGPs ``f_l = F(X) c + g_l`` (``g_l`` the zero-mean GP of ``svgps[l]``) sharing coefficients
-    ``c ~ N(prior_loc, prior_scale^2 I)``, with ``q`` jointly Gaussian over ``(c, v_1, ..., v_L)``:
+    ``c ~ N(prior_loc, diag(prior_scale^2))`` (numbers or ``(P,)``), with ``q`` jointly Gaussian over ``(c, v_1, ..., v_L)``:
     ``c = loc + Lc e``, ``v_l = q_mu_l + W_l e + chol(S_l) eta_l``; ``v_l = u_l``, or ``u_l = chol(Kuu) v_l``
     when whitened. The joint mean and covariance are formed densely and everything is read from them."""
 
@@ -140,14 +140,14 @@ class CoupledRef:
         return np.concatenate([self.loc] + [s.q_mu for s in self.svgps]), T @ T.T
 
     def kl(self):
-        """KL of the joint q against the prior ``N(prior_loc, prior_scale^2 I) x prod_l p(v_l)``."""
+        """KL of the joint q against the prior ``N(prior_loc, diag(prior_scale^2)) x prod_l p(v_l)``."""
         P = len(self.loc)
         mean, cov = self.joint()
         prior_cov = np.zeros_like(cov)
-        prior_cov[:P, :P] = self.prior_scale**2 * np.eye(P)
+        prior_cov[:P, :P] = np.diag(np.broadcast_to(np.square(self.prior_scale), (P,)))
         for l, svgp in enumerate(self.svgps):
             prior_cov[self._block(l), self._block(l)] = np.eye(len(svgp.q_mu)) if svgp.whiten else svgp.Kuu
-        prior_mean = np.concatenate([np.full(P, self.prior_loc), np.zeros(len(mean) - P)])
+        prior_mean = np.concatenate([np.broadcast_to(self.prior_loc, (P,)), np.zeros(len(mean) - P)])
         return gaussian_kl(mean, cov, prior_mean, prior_cov)
 
     def predict(self, X, l=0, part="f"):

@@ -194,6 +194,20 @@ def test_arviz_export_and_loo(backend, binned):
     assert np.isfinite(elpd) and count == n
 
 
+def test_sampled_model_integrates_at_the_cells_midpoints(backend):
+    """The export's sampled model takes a random rule's cells at their midpoints: with ``f`` the
+    linear mean up to a kernel variance of 1e-10, ``f`` at its integration sites is that mean there."""
+    lib = backend.lib
+    gp = lib.SVGP(backend.kernel("rbf", [2.0], 1e-10), backend.array(np.linspace(LOW, HIGH, 5)[:, None]),
+                  mean_function=lib.Linear(backend.array([0.3]), bias=-1.0))
+    model = lib.CoxProcess(gp, windows.Interval(LOW, HIGH), integration=lib.StratifiedMC(8))
+    idata = lib.to_inference_data(model, data=(backend.array([[1.0], [4.0], [7.5]]),),
+                                  num_samples=4, num_chains=2)
+    f = idata.posterior["gp.f"].values  # (chain, draw, 3 events + 8 cells)
+    midpoints = LOW + (np.arange(8) + 0.5) * (HIGH - LOW) / 8
+    np.testing.assert_allclose(f[..., 3:], np.broadcast_to(-1.0 + 0.3 * midpoints, f[..., 3:].shape), atol=1e-4)
+
+
 RULES = {
     "gauss_legendre": lambda lib: lib.GaussLegendre(40),
     "binned": lambda lib: lib.Binned(30),

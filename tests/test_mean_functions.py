@@ -206,6 +206,13 @@ def test_bad_mean_functions(backend):
     gp = backend.svgp(Z, KERN, mean_function=lib.Covariates(lambda X: X, backend.array([1.0])))
     with pytest.raises(ValueError, match=r"covariates\(X\) has shape"):
         gp.predict_f(X)
+    # a coefficient prior whose event shape is not the coefficients' (3: the bias and two weights)
+    D = backend.ppl.distributions
+    prior = D.Normal(backend.array(np.zeros(2)), backend.array(np.ones(2))).to_event(1)
+    model = lib.GPModel(backend.svgp(Z, KERN, mean_function=lib.Linear(backend.array([1.0, 2.0]), prior=prior)),
+                        lib.Gaussian())
+    with pytest.raises(ValueError, match=r"event shape \(2,\) does not match the coefficients' \(3,\)"):
+        backend.loss(model.model, model.guide, X, backend.array(np.zeros(4)))
 
 
 def with_prior(backend, loc, scale):

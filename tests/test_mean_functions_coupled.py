@@ -7,11 +7,12 @@ import pytest
 import reference as ref
 from test_svgp import KERN, problem
 
-PRIOR_SCALE = 10.0
+# a prior of its own per coefficient: the KL's trace and log-determinant divide each row by its scale
+PRIOR_LOC, PRIOR_SCALE = np.array([0.5, -1.0, 2.0]), np.array([10.0, 3.0, 1.5])
 
 
 def coupled(backend, rng, whiten=True, num_latent=None, per_latent=False, diagonal=False):
-    """An SVGP with a linear mean (prior N(0, 10^2)) and a non-trivial joint q: ``(gp, X, F(X) function,
+    """An SVGP with a linear mean (prior N(PRIOR_LOC, diag(PRIOR_SCALE^2))) and a non-trivial joint q: ``(gp, X, F(X) function,
     (Z, q_mu, q_sqrt, loc, Lc, W))``."""
     X, Z, q_mu, q_sqrt = problem(rng, num_latent=num_latent, diagonal=diagonal)
     batch = () if num_latent is None else (num_latent,)
@@ -20,7 +21,7 @@ def coupled(backend, rng, whiten=True, num_latent=None, per_latent=False, diagon
     Lc = np.tril(0.2 * rng.normal(size=coefficient_batch + (3, 3)), -1) + np.diag([0.3, 0.1, 0.2])
     W = 0.4 * rng.normal(size=batch + (len(Z), 3))
     D = backend.ppl.distributions
-    mf = backend.lib.Linear(loc[..., 1:], bias=loc[..., 0], prior=D.Normal(backend.array(0.0), backend.array(PRIOR_SCALE)))
+    mf = backend.lib.Linear(loc[..., 1:], bias=loc[..., 0], prior=D.Normal(backend.array(PRIOR_LOC), backend.array(PRIOR_SCALE)))
     backend.set(mf, coefficients_loc=loc, coefficients_scale_tril=Lc)
     gp = backend.svgp(Z, KERN, q_mu, q_sqrt, whiten=whiten, num_latent=num_latent, diagonal=diagonal, mean_function=mf)
     backend.set(gp, q_sqrt_cross=W)
@@ -40,7 +41,7 @@ def reference(params, whiten, latent=None):
     if q_mu.ndim == 1:
         q_mu, q_sqrt, W = q_mu[None], q_sqrt[None], W[None]
     svgps = [ref.SVGPRef(*KERN, Z, m, s, whiten, jitter=1e-6) for m, s in zip(q_mu, q_sqrt)]
-    return ref.CoupledRef(svgps, features, loc, Lc, W, 0.0, PRIOR_SCALE)
+    return ref.CoupledRef(svgps, features, loc, Lc, W, PRIOR_LOC, PRIOR_SCALE)
 
 
 @pytest.mark.parametrize("whiten, diagonal", [(True, False), (False, False), (True, True)])
