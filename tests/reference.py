@@ -151,17 +151,20 @@ class CoupledRef:
         return gaussian_kl(mean, cov, prior_mean, prior_cov)
 
     def predict(self, X, l=0, part="f"):
-        """Mean (N,) and covariance (N, N) of q(f_l(X)), or of its ``"mean"`` or ``"gp"`` part."""
-        svgp, P = self.svgps[l], len(self.loc)
+        """Mean (N,) and covariance (N, N) of q(f_l(X)), or of its ``"mean"`` or ``"gp"`` part; ``l``
+        a tuple of indices: of ``F c + sum_l g_l`` (the components of one function)."""
+        P = len(self.loc)
         mean, cov = self.joint()
-        Kfu = svgp.k(X, svgp.Z)
-        proj = np.linalg.solve(svgp.Kuu, Kfu.T).T  # Kfu Kuu^-1: E[g | u] = proj u
-        G = np.zeros((len(X), len(mean)))
+        G, residual = np.zeros((len(X), len(mean))), 0.0
         if part != "gp":
             G[:, :P] = self.features(X)
-        if part != "mean":
-            G[:, self._block(l)] = proj @ np.linalg.cholesky(svgp.Kuu) if svgp.whiten else proj
-        residual = 0.0 if part == "mean" else svgp.k(X, X) - proj @ Kfu.T
+        for i in (l if isinstance(l, tuple) else (l,)):
+            svgp = self.svgps[i]
+            Kfu = svgp.k(X, svgp.Z)
+            proj = np.linalg.solve(svgp.Kuu, Kfu.T).T  # Kfu Kuu^-1: E[g | u] = proj u
+            if part != "mean":
+                G[:, self._block(i)] = proj @ np.linalg.cholesky(svgp.Kuu) if svgp.whiten else proj
+                residual = residual + svgp.k(X, X) - proj @ Kfu.T
         return G @ mean, G @ cov @ G.T + residual
 
 

@@ -116,6 +116,48 @@ def test_cross_gradients_match_the_reference(backend):
     np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("whiten", [True, False])
+def test_kl_given_sampled_coefficients(backend, whiten):
+    """Given draws of the coefficients (``e = Lc^-1 (c - loc)``), the GP's KL is that of
+    ``N(q_mu + W e, S)`` against its prior, one per draw."""
+    rng = np.random.default_rng(16)
+    gp, X, params = coupled(backend, rng, whiten)
+    Z, q_mu, q_sqrt, loc, Lc, W = params
+    c = loc + rng.normal(size=(4, 3)) @ Lc.T
+    kl = backend.numpy(backend.bound(gp).posterior().given(backend.array(c)).kl())
+    e = np.linalg.solve(Lc, (c - loc).T).T
+    expected = [ref.SVGPRef(*KERN, Z, q_mu + W @ draw, q_sqrt, whiten, jitter=1e-6).kl() for draw in e]
+    np.testing.assert_allclose(kl, expected, rtol=1e-10)
+
+
+def test_components_share_the_coupled_coefficients(backend):
+    """A component axis (``f = F c + g_1 + g_2``) with coefficients coupled to both components'
+    ``v``: the moments of every part and the KL against the dense joint Gaussian."""
+    from test_svgp import component_points
+
+    rng, lib, T, M = np.random.default_rng(17), backend.lib, 2, 5
+    X, Z = rng.normal(size=(12, 2)), rng.normal(size=(T, M, 2))
+    kerns = [("matern52", [0.7, 1.4], 1.3), ("matern52", [2.0, 0.5], 0.6)]
+    q_mu = rng.normal(size=(T, M))
+    q_sqrt = np.tril(rng.normal(size=(T, M, M)) * 0.3, -1) + np.eye(M) * rng.uniform(0.3, 1.2, size=(T, M, 1))
+    loc, W = rng.normal(size=3), 0.4 * rng.normal(size=(T, M, 3))
+    Lc = np.tril(0.2 * rng.normal(size=(3, 3)), -1) + np.diag([0.3, 0.1, 0.2])
+    D = backend.ppl.distributions
+    mf = lib.Linear(loc[1:], bias=loc[0], prior=D.Normal(backend.array(PRIOR_LOC), backend.array(PRIOR_SCALE)))
+    backend.set(mf, coefficients_loc=loc, coefficients_scale_tril=Lc)
+    kernel = lib.Matern52(lengthscale=backend.array([k[1] for k in kerns]), variance=backend.array([k[2] for k in kerns]))
+    gp = lib.SVGP(kernel, component_points(lib)(backend.array(Z)), mean_function=mf)
+    backend.set(gp, q_mu=q_mu, q_sqrt=q_sqrt, q_sqrt_cross=W)
+    svgps = [ref.SVGPRef(k[0], k[1], k[2], z, m, s, True, 1e-6) for k, z, m, s in zip(kerns, Z, q_mu, q_sqrt)]
+    expected = ref.CoupledRef(svgps, features, loc, Lc, W, PRIOR_LOC, PRIOR_SCALE)
+    for part in ("f", "mean", "gp"):
+        mean, cov = expected.predict(X, l=(0, 1), part=part)
+        got_mean, got_var = (backend.numpy(a) for a in gp.predict_f(backend.array(X), part=part))
+        np.testing.assert_allclose(got_mean, mean, rtol=1e-9, atol=1e-12, err_msg=part)
+        np.testing.assert_allclose(got_var, np.diag(cov), rtol=1e-9, atol=1e-12, err_msg=part)
+    assert float(backend.numpy(gp.inspect().kl)) == pytest.approx(expected.kl(), rel=1e-10)
+
+
 @pytest.mark.parametrize("per_latent", [False, True])
 def test_latent_functions_couple_with_shared_or_own_coefficients(backend, per_latent):
     """Two latent functions: each one's moments as a single coupled SVGP's; the KL of the joint q

@@ -37,3 +37,14 @@ def test_external_minibatch_is_scaled(backend):
     assert float(backend.numpy(batched.elbo(X[idx], y[idx]))) == pytest.approx(expected, rel=1e-10)
     with pytest.raises(ValueError, match="num_data"):
         backend.lib.GPModel(model.prior, model.likelihood, num_data=N - 1).model(X, y)
+    with pytest.raises(ValueError, match="subsample_size needs the full data set"):
+        backend.loss(batched.model, batched.guide, X[idx], y[idx], subsample_size=3)
+
+
+def test_data_plate_refuses_more_rows_than_num_data(backend):
+    """The objectives' shared plate (each objective also checks its own data first, with its names)."""
+    from sparsegp_common.objectives import data_plate
+
+    with pytest.raises(ValueError, match="the data have 10 rows, more than num_data=9"):
+        with data_plate(backend.lib.sites, "data", 10, num_data=9):
+            pass
