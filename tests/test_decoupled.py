@@ -397,7 +397,8 @@ def test_independent_outputs_match_one_model_per_output(backend, rng):
 
 def test_growing_bases_with_masks(backend, rng):
     X, Za, Zb = rng.normal(size=(10, 2)), rng.normal(size=(8, 2)), rng.normal(size=(4, 2))
-    a, L = rng.normal(size=8), lower(rng, 4)
+    # L is any square matrix (not triangular): the inactive columns of the active rows count too
+    a, L = rng.normal(size=8), lower(rng, 4) + np.triu(rng.normal(size=(4, 4)) * 0.5, 1)
     grown = make(backend, Za, Zb, active_alpha=3, active_beta=2, a=a, L=L, name="grown")
     small = make(backend, Za[:3], Zb[:2], a=a[:3], L=L[:2, :2], name="small")
     assert kl(backend, grown) == pytest.approx(kl(backend, small), rel=1e-12)
