@@ -490,6 +490,19 @@ def weight_space_pair(backend, prior, noise, subsample_size=None):
     return model, guide
 
 
+def test_weight_model_adds_the_mean_function_and_the_scaled_correction(backend, rng):
+    """With ``w`` and ``eps`` given, ``f = Phi w + m(X) + sqrt(c) eps`` at every row."""
+    weights = random_weights(rng, "mlp", D=2, r=3)
+    X, w, eps = rng.normal(size=(6, 2)), rng.normal(size=3), rng.normal(size=6)
+    mean = backend.lib.Linear(backend.array([0.4, -1.1]), bias=0.3)
+    prior = svdbk(backend, weights, mean_function=mean)
+    f = backend.handlers.condition(prior.weight_model, data={"gp.w": backend.array(w), "gp.eps": backend.array(eps)})
+    Phi = np_features("mlp", weights, X)
+    sq = np.sum(Phi**2, axis=1)
+    expected = Phi @ w + 0.3 + X @ [0.4, -1.1] + np.sqrt(sq.max() - sq) * eps
+    np.testing.assert_allclose(backend.numpy(f(backend.array(X))), expected, rtol=1e-10)
+
+
 def test_trace_elbo_with_sampled_w_estimates_the_closed_form_bound(backend, rng):
     weights = random_weights(rng, "mlp", D=2, r=3)
     X, y = rng.normal(size=(12, 2)), rng.normal(size=12) * 0.3
@@ -677,6 +690,8 @@ def test_bad_arguments_are_named(backend, rng):
         lib.SVDBK(lib.MLP(2, rank=3), variance_correction="yes")
     with pytest.raises(ValueError, match="noise"):
         lib.ExactDBK(lib.MLP(2, rank=3), noise=1e-9, name="d1")
+    with pytest.raises(ValueError, match="noise"):  # the bound itself is outside the constraint
+        lib.ExactDBK(lib.MLP(2, rank=3), noise=1e-6, name="d1")
     model = lib.ExactDBK(lib.MLP(2, rank=3), name="d2")
     with pytest.raises(ValueError, match="calibrate"):
         model.predict_f(backend.array(rng.normal(size=(3, 2))))
