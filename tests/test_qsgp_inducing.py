@@ -225,6 +225,52 @@ def test_arviz_export(backend, rng):
     assert np.isfinite(idata.log_likelihood["y"].values).all()
 
 
+def test_q_starts_at_the_prior_scale(backend, rng):
+    """``C_ii = S_ii^(-1/2)`` at the start: ``S = K(Z, Z) + jitter I``'s diagonal with inducing
+    points, 1 for the relevance vector machine's ``s = exp(0)`` and for random Fourier features."""
+    lib = backend.lib
+    Z = rng.normal(size=(M, D))
+    kernel = backend.kernel("matern32", LENGTHSCALE, VARIANCE)
+    S = ref.kernel("matern32", Z, Z, LENGTHSCALE, VARIANCE) + JITTER * np.eye(M)
+    dense = lib.QSGP(kernel, inducing_points=backend.array(Z), jitter=JITTER, name="dense")
+    np.testing.assert_allclose(backend.numpy(backend.bound(dense).q_log_diag), -0.5 * np.log(np.diag(S)), rtol=1e-12)
+    for prior in (lib.QSGP(kernel, inducing_points=backend.array(Z), relevance=True, name="rvm"),
+                  lib.QSGP(kernel, M, D, name="rff")):
+        np.testing.assert_array_equal(backend.numpy(backend.bound(prior).q_log_diag), np.zeros(M))
+
+
+class _FixedKernel:
+    """Just what ``_log_det`` reads: a kernel matrix given outright."""
+
+    lengthscale, variance = np.ones(1), np.asarray(1.0)
+
+    def __init__(self, K):
+        self.K = K
+
+    def K_at(self, Z, Z2, lengthscale, variance):
+        return self.K
+
+
+@pytest.mark.parametrize("smallest", [-5e-6, -5e-5])
+def test_log_det_raises_the_jitter_up_to_three_times(smallest):
+    """``K(Z, Z) + jitter I`` with eigenvalues ``(1, 0.5, smallest)`` and ``jitter = 0``: the levels
+    ``1e-7``, ``1e-6`` and ``1e-5`` (``1e-8 variance`` raised tenfold, three times) are tried in
+    turn; -5e-6 factorises at the third with a warning, -5e-5 at none."""
+    from sparsegp_common.linalg import CholeskyError
+    from sparsegp_common.priors.qsgp import _log_det
+
+    Q = np.linalg.qr(np.random.default_rng(0).normal(size=(3, 3)))[0]
+    K = Q @ np.diag([1.0, 0.5, smallest]) @ Q.T
+    if smallest < -1e-5:
+        with pytest.raises(CholeskyError):
+            _log_det(_FixedKernel(K), np.zeros((3, 1)), 0.0, np.asarray)
+        return
+    with pytest.warns(UserWarning, match="1e-05 I instead"):
+        log_det, level = _log_det(_FixedKernel(K), np.zeros((3, 1)), 0.0, np.asarray)
+    assert level == pytest.approx(1e-5)
+    assert log_det == pytest.approx(np.linalg.slogdet(K + 1e-5 * np.eye(3))[1], rel=1e-10)
+
+
 def test_bad_arguments(backend, rng):
     lib = backend.lib
     kernel = backend.kernel("rbf", [1.0], 1.0)

@@ -76,17 +76,36 @@ def _estimates(backend, model, X, y, loss, replicates):
     return np.asarray(one(jax.random.split(jax.random.PRNGKey(0), replicates)))
 
 
-@pytest.mark.parametrize("num_columns", [None, 1])
-def test_loss_is_unbiased_for_the_negative_elbo(backend, rng, num_columns):
+@pytest.mark.parametrize("num_columns,num_data", [(None, None), (1, None), (None, 20)])
+def test_loss_is_unbiased_for_the_negative_elbo(backend, rng, num_columns, num_data):
     """z-test over replicates: the quadruply stochastic loss (3 of 7 basis indices per set, all
-    or 1 of the 2 dense columns) has the GPModel's exact negative ELBO as its mean."""
+    or 1 of the 2 dense columns) has the GPModel's exact negative ELBO as its mean, its data
+    terms scaled to ``num_data`` rows when the 9 given are a minibatch."""
     model, X, y, *_ = _problem(backend, rng)
+    model = backend.lib.GPModel(model.prior, model.likelihood, num_data=num_data)
     loss = backend.lib.QuadruplyStochasticELBO(num_basis=3, num_columns=num_columns)
     values = _estimates(backend, model, X, y, loss, REPLICATES[backend.name])
     exact = -float(backend.numpy(model.elbo(backend.array(X), backend.array(y))))
     z = (values.mean() - exact) / (values.std() / np.sqrt(len(values)))
     assert abs(z) < 4, (values.mean(), exact, z)
     assert values.std() > 1e-3 * abs(exact)  # an estimate, not the exact value
+
+
+def test_loss_with_a_mean_function_is_the_loss_of_the_residuals(backend, rng):
+    """``f = m + g``: on the same draws the loss with a linear mean ``m`` is the loss without it
+    on ``y - m(X)``, and its mean function enters (the two differ on ``y``)."""
+    lib = backend.lib
+    model, X, y, *_ = _problem(backend, rng)
+    tables = {name: backend.numpy(getattr(backend.bound(model.prior), name)) for name in ("q_mu", "q_log_diag", "q_dense")}
+    mean = lib.Linear(backend.array([0.4, -1.1]), bias=0.3)
+    shifted = backend.set(lib.QSGP(backend.kernel("matern32", [0.9, 1.4], 1.3), M, D, num_dense=K, seed=3,
+                                   mean_function=mean, name="gpm"), **tables)
+    shifted = lib.GPModel(shifted, backend.set(lib.Gaussian(), variance=0.3))
+    loss = lib.QuadruplyStochasticELBO(num_basis=3)
+    residuals = y - (0.3 + X @ [0.4, -1.1])
+    with_mean = _estimates(backend, shifted, X, y, loss, 5)
+    np.testing.assert_allclose(with_mean, _estimates(backend, model, X, residuals, loss, 5), rtol=1e-10)
+    assert np.all(np.abs(with_mean - _estimates(backend, model, X, y, loss, 5)) > 1e-3)
 
 
 def test_loss_gradient_is_unbiased(rng):
@@ -177,6 +196,28 @@ def test_subsampled_pair_in_a_users_model(backend, rng):
     assert z > 4, (pair.mean(), exact.mean(), z)
 
 
+def test_subsampled_draw_takes_every_index_from_its_cell(backend, rng):
+    """The pair's uniforms ``u`` become the indices ``floor(u m)``: with ``num_basis = m`` and one
+    ``u`` inside each index's cell (in reverse order), the guide's ``f`` is ``Phi (q_mu + C e)``
+    exactly, ``e`` the dense columns' normals, then the diagonal ones' (``m / m~ = 1``, every
+    weight once)."""
+    lib = backend.lib
+    X = rng.normal(size=(5, D))
+    kernel = backend.kernel("matern32", [0.9, 1.4], 1.3)
+    q_mu, log_diag, dense = rng.normal(size=M) * 0.5, rng.normal(size=M) * 0.3 - 0.5, rng.normal(size=(M, K)) * 0.4
+    gp = backend.set(lib.QSGP(kernel, M, D, num_dense=K, seed=3, num_basis=M), q_mu=q_mu, q_log_diag=log_diag,
+                     q_dense=dense)
+    u, eps = (np.arange(M)[::-1] + 0.5) / M, rng.normal(size=K + M)
+    guide = backend.handlers.condition(gp.guide, data={"gp.basis_draw": backend.array(u), "gp.eps": backend.array(eps)})
+    f = backend.numpy(backend.trace(guide, backend.array(X))["gp.f"]["value"])
+    C = np.diag(np.exp(log_diag))
+    for r in range(K):
+        C[r + 1:, r] = dense[r + 1:, r]
+    e = np.concatenate([eps[:K], eps[2 * K:]])  # weight i takes the i-th normal of the indices' sorted order
+    Phi = backend.numpy(backend.bound(gp).basis.features(backend.array(X), backend.array(np.arange(M), dtype=np.int64)))
+    np.testing.assert_allclose(f, Phi @ (q_mu + C @ e), rtol=1e-10)
+
+
 def test_subsampled_pair_trains_in_a_users_model(backend):
     """``fit`` on a user's model with ``QSGP(num_basis=60)``: held-out classification of the
     sine's sign above 0.9."""
@@ -241,6 +282,13 @@ def test_bad_arguments(backend, rng):
     kernel = backend.kernel("rbf", [1.0], 1.0)
     with pytest.raises(ValueError, match="num_dense"):
         lib.QSGP(kernel, 5, 1, num_dense=6)
+    X, y = rng.normal(size=(4, 1)), rng.normal(size=4)
+    with_prior = lib.Linear(backend.array([0.0]), prior=backend.ppl.distributions.Normal(0.0, 10.0))
+    with pytest.raises(ValueError, match="num_basis takes mean functions without a coefficient prior"):
+        lib.QSGP(kernel, 5, 1, num_basis=2, mean_function=with_prior, name="pair").model(backend.array(X))
+    model = lib.GPModel(lib.QSGP(kernel, 5, 1, mean_function=with_prior, name="sampled"), lib.Gaussian())
+    with pytest.raises(ValueError, match="loss takes mean functions without a coefficient prior"):
+        _estimates(backend, model, X, y, lib.QuadruplyStochasticELBO(num_basis=2), 1)
     with pytest.raises(ValueError, match="num_features"):
         lib.QSGP(kernel, 0, 1)
     with pytest.raises(TypeError, match="random Fourier"):
@@ -319,14 +367,17 @@ def _exact_support_product(backend, model, state, caught_up=False):
 
 
 def test_dense_optimisers_are_refused_with_control_variates(backend):
-    """Adam (the default) or weight decay on the q tables would move entries the state does not
-    follow: ``fit`` refuses them, naming the table."""
+    """Adam (the default) or weight decay on any of the q tables would move entries the state does
+    not follow: ``fit`` refuses them, naming the table."""
     model, loss, X, y = _cv_problem(backend)
     with pytest.raises(ValueError, match="gp.q_"):
         backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, batch_size=50, loss=loss, progress=False)
     with pytest.raises(ValueError, match="weight_decay"):
         backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, batch_size=50, loss=loss, progress=False,
                         param_groups=_tables(backend, weight_decay=1e-3))
+    with pytest.raises(ValueError, match="gp.q_(log_diag|dense)"):  # AdaGrad for q_mu alone: Adam for the others
+        backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, batch_size=50, loss=loss, progress=False,
+                        param_groups=[{**_tables(backend)[0], "params": "gp.q_mu"}])
     if backend.name == "numpyro":
         with pytest.raises(ValueError, match="momentum"):
             backend.lib.fit(model.model, model.guide, (X, y), num_steps=2, batch_size=50, loss=loss, progress=False,
