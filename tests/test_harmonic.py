@@ -142,12 +142,16 @@ def test_axis_flips_with_ard_lengthscales(backend, rng, name):
 
 def _flip_cases():
     """name -> (transformation, maps, D) for the squared exponential's closed form: the groups of
-    sign flips above, and a way that flips one of three principal directions (a remainder r)."""
+    sign flips above, a way that flips one of three principal directions (a remainder r), and
+    three ways of one principal direction each."""
     basis = np.linalg.qr(np.random.default_rng(8).normal(size=(3, 3)))[0]
     center = np.array([0.2, 0.0, -0.3])
     partial = (core.Reflections([[1]], basis, center),
                [lambda x, s=s: center + (x - center) @ basis @ np.diag([1, (-1) ** s, 1]) @ basis.T for s in range(2)], 3)
-    return {**{name: GROUPS[name] for name in ("negation", "axes", "pca")}, "pca_partial": partial}
+    three = (core.Reflections([[0], [1], [2]], basis, center),  # J = 3 (the paper's regressions): products of 3 factors
+             [lambda x, s=s: center + (x - center) @ basis @ np.diag(np.power(-1.0, s)) @ basis.T
+              for s in np.ndindex(2, 2, 2)], 3)
+    return {**{name: GROUPS[name] for name in ("negation", "axes", "pca")}, "pca_partial": partial, "pca_3_ways": three}
 
 
 @pytest.mark.parametrize("name", sorted(_flip_cases()))
@@ -341,15 +345,49 @@ def test_shared_inputs_span_the_orbit(backend, rng):
     assert error >= len(X) * floor - 1e-9
 
 
+def test_ways_about_different_centres(backend, rng):
+    """A rotation about one centre and a flip about another commute, but no one centre serves
+    both: the blocks of Kuu and Kuf are still the orbit's covariances (each way applied about
+    its own centre)."""
+    c_rotation, c_flip = np.array([0.3, -0.2, 0.0]), np.array([0.0, 0.0, 0.7])
+    transformation = core.MultiWay(core.Rotation(4, center=c_rotation), core.Reflections.along_axes([[2]], center=c_flip))
+
+    def element(a, b):
+        def G(x):
+            x01 = c_rotation[:2] + (x[:, :2] - c_rotation[:2]) @ _rotation(np.pi * a / 2).T
+            return np.concatenate([x01, c_flip[2] + (-1) ** b * (x[:, 2:] - c_flip[2])], axis=1)
+        return G
+
+    T, m = transformation.num_components, 2
+    X, Z = rng.normal(size=(5, 3)), rng.normal(size=(T, m, 3))
+    KUU, KUf = ref.harmonic_covariances(lambda A, B: ref.kernel("matern32", A, B, [1.3], 0.8),
+                                        [element(a, b) for a, b in np.ndindex(4, 2)], transformation.weights(), Z, X)
+    gp = backend.bound(backend.lib.SVGP(backend.kernel("matern32", [1.3], 0.8),
+                                        backend.lib.HarmonicFeatures(backend.array(Z), transformation)))
+    blocks = [slice(t * m, (t + 1) * m) for t in range(T)]
+    np.testing.assert_allclose(backend.numpy(backend.lib.Kuu(gp.features, gp.kernel)),
+                               np.stack([KUU[b, b] for b in blocks]), rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(backend.numpy(backend.lib.Kuf(gp.features, gp.kernel, backend.array(X))),
+                               np.stack([KUf[b] for b in blocks]), rtol=1e-10, atol=1e-13)
+
+
 def test_kernels_that_are_not_invariant_are_refused(backend, rng):
-    """ARD lengthscales under a map that mixes coordinates: an error naming both; under
-    reflections along the axes they are invariant and accepted."""
+    """ARD lengthscales under a map that mixes coordinates, alone or in either factor of a sum
+    or product: an error naming both; under reflections along the axes they are invariant and
+    accepted."""
     lib, X = backend.lib, rng.normal(size=(20, 3))
     ard = backend.kernel("matern32", [0.5, 1.0, 2.0], 1.0)
     with pytest.raises(ValueError, match=r"3 ARD lengthscales .* Reflections"):
         lib.SVGP(ard, lib.HarmonicFeatures(backend.array(X[:4]), core.Reflections.pca(X, 2)))
     with pytest.raises(ValueError, match=r"2 ARD lengthscales .* Rotation"):
         lib.SVGP(backend.kernel("rbf", [0.5, 1.0], 1.0), lib.HarmonicFeatures(backend.array(X[:4, :2]), core.Rotation(4)))
+    shared = backend.kernel("rbf", [0.7], 1.0)
+    for kernel in (lib.Sum(shared, backend.kernel("matern32", [0.5, 1.0], 1.0)),  # the ARD term second
+                   lib.Product(shared, backend.kernel("matern32", [0.5, 1.0], 1.0))):
+        with pytest.raises(ValueError, match=r"Matern32 with 2 ARD lengthscales .* Rotation"):
+            lib.SVGP(kernel, lib.HarmonicFeatures(backend.array(X[:4, :2]), core.Rotation(4)))
+    with pytest.raises(ValueError, match=r"3 ARD lengthscales .* MultiWay"):  # one way keeps the axes, one mixes them
+        lib.SVGP(ard, lib.HarmonicFeatures(backend.array(X[:4]), GROUPS["rotation4_x_flip"][0]))
     gp = lib.SVGP(ard, lib.HarmonicFeatures(backend.array(X[:4]), core.Reflections.along_axes([[0], [2]])), name="axes")
     assert backend.numpy(gp.predict_f(backend.array(X))[0]).shape == (20,)
 
@@ -370,6 +408,8 @@ def test_bad_arguments(backend, rng):
         core.Reflections.pca(rng.normal(size=(10, 2)), 3)
     with pytest.raises(ValueError, match="order"):
         core.Rotation(0)
+    with pytest.raises(ValueError, match="orthonormal columns"):
+        core.Reflections([[0]], np.array([[1.0, 0.5], [0.0, 1.0]]))
 
 
 def _float32_problem():
