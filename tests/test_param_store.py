@@ -71,6 +71,32 @@ def test_two_models_with_one_name_keep_their_own_values():
     assert float(pyro.param("gp.kernel.lengthscale").detach()) == pytest.approx(1.0)
 
 
+def test_a_value_set_inside_a_model_run_is_read_again():
+    """A parameter assigned during a model run, after the run has read it, is read again: the new
+    value, not the one the run read first."""
+    gp = regression().prior
+    with active(gp), torch.no_grad():
+        assert float(gp.kernel.lengthscale) == pytest.approx(1.0)
+        gp.kernel.lengthscale = torch.tensor([2.5], dtype=torch.float64)
+        assert float(gp.kernel.lengthscale) == pytest.approx(2.5)
+
+
+def test_the_store_maps_each_tensor_to_its_name_as_modules_take_turns(tmp_path):
+    """Pyro's store keeps name -> tensor and tensor -> name: as modules with one name take turns,
+    the two agree (no replaced tensor is left behind); after ``load`` the reading module's tensor
+    is the entry, both ways (Pyro's ``load`` itself leaves the replaced tensors in the second map)."""
+    store, name = pyro.get_param_store(), "gp.kernel.lengthscale"
+    first, second = regression(1.0), regression(2.5)
+    for model in (first, second, first):
+        read(name, model.prior)
+        assert {id(t): n for t, n in store._param_to_name.items()} == {id(t): n for n, t in store._params.items()}
+    store.save(tmp_path / "store.pt")
+    store.load(tmp_path / "store.pt")
+    assert float(read(name, second.prior)) == pytest.approx(1.0)  # the loaded value
+    own = second.prior.kernel.lengthscale_unconstrained
+    assert store._params[name] is own and store._param_to_name[own] == name
+
+
 def test_models_with_one_name_trained_separately_do_not_interfere():
     X, y = data()
     first = regression()
