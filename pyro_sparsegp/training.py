@@ -242,6 +242,10 @@ def _load(path, names, params, opts, schedules, tracker):
         raise ValueError(
             f"checkpoint {path} holds parameters {list(state['names'])}, but this model has {names}"
         )
+    shapes = [(name, tuple(value.shape), tuple(p.shape)) for name, p, value in zip(names, params, state["params"])]
+    wrong = [f"{name} {saved} (this model: {own})" for name, saved, own in shapes if saved != own]
+    if wrong:
+        raise ValueError(f"checkpoint {path} holds parameters of other shapes: {', '.join(wrong)}")
     with torch.no_grad():
         for p, value in zip(params, state["params"]):
             p.copy_(value)

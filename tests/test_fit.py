@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from sparsegp_common.inference.training import EarlyStopping, make_plan, split_param_groups
+from sparsegp_common.inference.training import EarlyStopping, LossHistory, interval, make_plan, split_param_groups
 from resume import crash_and_resume
 from trajectories import assert_same_loss_and_gradients, assert_same_trajectory, loss_and_gradients, spread
 
@@ -297,6 +297,38 @@ def diverging(backend):
     return model, lambda x: None, (backend.array(np.zeros((4, 1))),)
 
 
+def read_back(pairs, values=()):
+    """``LossHistory.read`` of ``(loss, gradient norm)`` pairs, all in one read."""
+    history = LossHistory(list(values), lambda pending: pending)
+    for pair in pairs:
+        history.append(pair)
+    return history.read()
+
+
+def test_runaway_and_spike_thresholds():
+    """A loss runs away at 1e3 times the larger of the first and best losses' magnitudes above the
+    best, also within one read of several steps; a gradient spikes at 1e4 times the median of the
+    steps before it, from the 11th step on."""
+    assert read_back([(1e6, 1.0), (0.5, 1.0), (1e5, 1.0)])[-1] == 1e5  # noise on the start's scale
+    with pytest.raises(FloatingPointError, match="ran away"):
+        read_back([(1.0, 1.0), (0.5, 1.0), (2000.0, 1.0)])  # the best is the read's own second step
+    with pytest.raises(FloatingPointError, match="ran away"):
+        read_back([(2000.0, 1.0)], values=[1.0, 0.5])
+    calm = [(1.0, 1.0)] * 10
+    with pytest.raises(FloatingPointError, match="gradient"):
+        read_back(calm + [(1.0, 2e4)])
+    assert len(read_back(calm[:9] + [(1.0, 2e4)])) == 10  # nine steps are too few for a median
+
+
+def test_ties_are_not_improvements_and_evaluations_default_to_epochs():
+    tracker = EarlyStopping(patience=1)
+    assert tracker.update(1, 3.0) and not tracker.update(2, 3.0)
+    assert (tracker.best_step, tracker.should_stop) == (1, True)
+    assert interval(None, make_plan((np.zeros(23),), 5, 10, None, seed=0), "eval_every") == 4  # 23 // 5 batches
+    assert interval(None, make_plan((np.zeros(23),), None, 10, None, seed=0), "eval_every") == 100
+    assert make_plan((np.zeros(23),), 23, None, 2, seed=0).num_steps == 2  # one batch of every row per epoch
+
+
 @pytest.mark.parametrize("loss_every", [1, 7])
 def test_fit_stops_when_the_loss_runs_away(backend, loss_every):
     model, guide, data = diverging(backend)
@@ -342,8 +374,11 @@ def test_lr_schedule_and_callbacks(backend):
     assert not np.allclose(backend.numpy(stopped.params["gp.q_mu"]), before)
 
 
-def test_early_stopping_restores_the_best_parameters(backend):
+def test_early_stopping_restores_the_best_parameters(backend, tmp_path):
+    """The best of 5 evaluations is restored; the stop writes a checkpoint (the schedule's next
+    is past the end)."""
     model, X, y = problem(backend)
+    path = str(tmp_path / "ckpt")
     scores = iter([5.0, 4.0, 3.0, 3.5, 4.5, 6.0, 7.0])
     snapshots = {}
 
@@ -353,9 +388,11 @@ def test_early_stopping_restores_the_best_parameters(backend):
 
     result = backend.lib.fit(
         model.model, model.guide, (X, y), num_steps=50, lr=0.05, validation=validation, eval_every=2,
-        patience=2, progress=False,
+        patience=2, progress=False, checkpoint=path, checkpoint_every=100,
     )
     assert result.stopped_early and len(result.losses) == 10  # 5 evaluations, the best is the 3rd
+    saved = torch.load(path, weights_only=True) if backend.name == "pyro" else np.load(path)
+    assert int(saved["step"]) == 10
     assert result.best_step == 6 and [s for s, _ in result.validation] == [2, 4, 6, 8, 10]
     np.testing.assert_array_equal(backend.numpy(result.params["gp.q_mu"]), snapshots[3])
     assert not np.allclose(snapshots[3], snapshots[5])
@@ -393,6 +430,27 @@ def test_resume_reaches_the_uninterrupted_parameters(backend, tmp_path):
     assert np.isfinite(full.losses).all() and np.std(full.losses) > 0
 
 
+def test_resume_keeps_the_best_evaluation_from_before_the_crash(backend, tmp_path):
+    """The best evaluation (step 2) came before the checkpoint (step 4) and the crash (step 5), and
+    none after the resume is better: the resumed run, like the uninterrupted one, ends with the
+    values of step 2, which the checkpoint carried."""
+    options = dict(num_steps=10, lr=0.05, progress=False, seed=3, eval_every=2)
+
+    def run(scores, **extra):
+        backend.reset(seed=99)
+        model, guide, X, y = embedded(backend)
+        return backend.lib.fit(model, guide, (X, y), validation=lambda params: next(scores), **options, **extra)
+
+    full = run(iter([1.0, 3.0, 4.0, 5.0, 6.0]))
+    scores = iter([1.0, 3.0, 4.0, 5.0, 6.0])  # one sequence across the crash and the resume
+    resumed = crash_and_resume(lambda **extra: run(scores, **extra), tmp_path, stop_at=5, every=4)
+    assert resumed.best_step == full.best_step == 2
+    for k, v in params_np(backend, full.params).items():
+        np.testing.assert_array_equal(backend.numpy(resumed.params[k]), v, err_msg=k)
+    last = run(iter([1.0, 3.0, 4.0, 5.0, 6.0]), restore_best=False).params["gp.q_mu"]
+    assert not np.allclose(backend.numpy(last), backend.numpy(full.params["gp.q_mu"]))  # step 2 is not the end
+
+
 def test_checkpoint_loading_never_unpickles(backend, tmp_path):
     model, X, y = problem(backend)
     path = tmp_path / "evil"
@@ -415,6 +473,10 @@ def test_checkpoint_of_another_model_is_refused(backend, tmp_path):
     other, X, y = problem(backend, likelihood="StudentT")
     with pytest.raises(ValueError, match="checkpoint"):
         backend.lib.fit(other.model, other.guide, (X, y), num_steps=4, checkpoint=path, resume=True, progress=False)
+    backend.reset()  # the same parameters, one inducing input fewer: every shape but the kernel's differs
+    smaller = backend.lib.GPModel(backend.svgp(backend.numpy(X)[:M - 1].copy()), backend.lib.Gaussian())
+    with pytest.raises(ValueError, match="checkpoint"):
+        backend.lib.fit(smaller.model, smaller.guide, (X, y), num_steps=4, checkpoint=path, resume=True, progress=False)
 
 
 @pytest.mark.parametrize(
@@ -426,6 +488,7 @@ def test_checkpoint_of_another_model_is_refused(backend, tmp_path):
         (dict(num_steps=3, batch_size=N + 1), ValueError, "batch_size"),
         (dict(num_steps=3, eval_every=2), ValueError, "eval_every"),
         (dict(num_steps=3, resume=True), ValueError, "checkpoint"),
+        (dict(num_steps=3, checkpoint_every=2), ValueError, "checkpoint_every and resume need a checkpoint"),
         (dict(num_steps=3, validation=3.0), TypeError, "validation"),
         (dict(num_steps=3, patience=0, validation=lambda p: 0.0), ValueError, "patience"),
         (dict(num_steps=3, loss="elbo"), TypeError, "loss"),
