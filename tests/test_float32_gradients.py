@@ -347,3 +347,21 @@ def test_loss_history_finds_a_runaway_within_one_read():
         history.append((value, 1.0))
     with pytest.raises(FloatingPointError, match="ran away"):
         history.read()
+
+
+def test_the_likelihood_follows_the_priors_dtype(backend):
+    """A likelihood built with its default (float64) noise takes the float32 prior's dtype in
+    ``GPModel``: its parameter (what ``fit`` returns and checkpoints) and the ELBO are float32."""
+    lib, rng = backend.lib, np.random.default_rng(0)
+    if backend.name == "pyro":
+        import torch
+
+        as32 = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
+    else:
+        as32 = lambda a: jnp.asarray(np.asarray(a), dtype=jnp.float32)  # noqa: E731
+    X, y = rng.normal(size=(5, 1)), rng.normal(size=5)
+    gp = lib.SVGP(lib.SquaredExponential(lengthscale=as32([1.0])), as32(X[:3]))
+    likelihood = lib.Gaussian()
+    elbo = lib.GPModel(gp, likelihood).elbo(as32(X), as32(y))
+    assert str(elbo.dtype).endswith("float32")
+    assert str(backend.bound(likelihood).variance.dtype).endswith("float32")

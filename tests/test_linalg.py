@@ -245,6 +245,14 @@ def test_lower_cholesky_transform_masks_a_square_matrix(rng):
     torch_transform = torch.distributions.transform_to(torch.distributions.constraints.lower_cholesky)
     y = x + jnp.triu(jnp.ones((4, 4)), 1)
     np.testing.assert_allclose(np.asarray(transform(y)), torch_transform(torch.tensor(np.array(y))).numpy(), rtol=1e-12)
+    # log|det J| over the free entries (the lower triangle), as a transformed density needs it
+    rows, cols = np.tril_indices(4)
+
+    def lower(v):
+        return transform(jnp.zeros((4, 4)).at[rows, cols].set(v))[rows, cols]
+
+    expected = np.linalg.slogdet(np.asarray(jax.jacfwd(lower)(x[rows, cols])))[1]
+    assert float(transform.log_abs_det_jacobian(x, transform(x))) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("jit", [False, True])
