@@ -37,6 +37,7 @@ def test_gp_model_export(backend, fitted):
     assert idata.log_likelihood["y"].shape == (4, 100, N)
     np.testing.assert_array_equal(idata.observed_data["y"].values, backend.numpy(y))
     np.testing.assert_allclose(idata.sample_stats["elbo"].values, -result.losses)
+    np.testing.assert_array_equal(idata.sample_stats["step"].values, np.arange(1, len(result.losses) + 1))
 
     # log p(y_n | f_n) of each draw, recomputed here from the exported f draws
     f = idata.posterior["gp.f"].values
@@ -71,6 +72,8 @@ def test_user_model_export(backend, fitted):
     np.testing.assert_allclose(idata.log_likelihood["y"].values, expected, rtol=1e-10, atol=1e-14)
     again = backend.lib.to_inference_data(user_model, user_guide, (X, y), num_samples=40, num_chains=2, seed=1, result=result)
     np.testing.assert_array_equal(again.posterior["gp.f"].values, idata.posterior["gp.f"].values)
+    other = backend.lib.to_inference_data(user_model, user_guide, (X, y), num_samples=40, num_chains=2, seed=2, result=result)
+    assert not np.any(other.posterior["gp.f"].values == idata.posterior["gp.f"].values)
 
 
 def test_export_arguments(backend, unfitted):
@@ -85,6 +88,8 @@ def test_export_arguments(backend, unfitted):
         export(model, data=(X, y), num_samples=10, num_chains=4)
     with pytest.raises(ValueError, match="num_samples"):
         export(model, data=(X, y), num_samples=0)
+    with pytest.raises(ValueError, match="no observed sites"):
+        export(model, data=(X, None), num_samples=4)
 
 
 GROUPS, ROWS, BATCH = 5, 70, 16  # 70 rows in batches of 16: the last batch wraps round
@@ -129,6 +134,10 @@ def test_export_walks_the_full_data_of_a_subsampling_plate(backend, hierarchical
     assert (idata.posterior["scale"].values > 0).all()
     # independent draws (the recomputation above holds only if every batch saw the same effects)
     assert np.unique(idata.posterior["scale"].values).size == 40
+    # each batch draws its rows afresh: q(f_n)'s draws at rows n and n + BATCH are uncorrelated
+    f = idata.posterior["gp.f"].values.reshape(40, ROWS)
+    corr = [np.corrcoef(f[:, n], f[:, n + BATCH])[0, 1] for n in range(BATCH)]
+    assert np.max(np.abs(corr)) < 0.9
     assert idata.posterior_predictive["y"].shape == (2, 20, ROWS)
     n, elpd = loo(idata)
     assert n == ROWS and np.isfinite(elpd)
@@ -147,6 +156,9 @@ def test_export_draws_one_at_a_time_where_the_model_does_not_vectorise(backend, 
         assert exported.log_likelihood["y"].shape == (2, 4, ROWS)
         np.testing.assert_allclose(exported.log_likelihood["y"].values, _recomputed_log_lik(exported, g, y), rtol=1e-10)
     assert set(serial.posterior.data_vars) == set(idata.posterior.data_vars)
+    for exported in (idata, serial):  # drawn from the likelihood, not the observations copied
+        drawn = exported.posterior_predictive["y"].values
+        assert set(np.unique(drawn)) <= {0.0, 1.0} and 0.05 < np.mean(drawn != y) < 0.95
 
 
 def test_export_takes_numbers_among_the_data(backend):

@@ -53,6 +53,9 @@ def test_predictive_quantiles(backend, name, tol):
         assert np.all(few == np.round(few))  # a level between two draws takes the lower, not a blend
     else:
         np.testing.assert_allclose(q, ref, rtol=tol, atol=tol)
+    if name == "gaussian":  # closed form: batches of rows (the last one partial) change nothing
+        batched = model.predict_y(X, quantiles=levels, num_samples=20000, seed=1, batch_size=2).quantiles
+        np.testing.assert_allclose(backend.numpy(batched), q, rtol=1e-12, atol=1e-12)
 
 
 def test_softmax_probabilities(backend):
@@ -84,6 +87,8 @@ def test_joint_samples_have_the_posterior_moments(backend):
     np.testing.assert_allclose(np.cov(samples.T), cov, atol=0.1 * np.max(np.diag(cov)))
     again = backend.numpy(model.sample_f(X, num_samples=S, seed=3))
     np.testing.assert_array_equal(samples, again)
+    other = backend.numpy(model.sample_f(X, num_samples=S, seed=4))  # another seed, other draws
+    assert not np.any(np.all(samples == other, axis=-1))
 
 
 def test_joint_samples_of_latent_functions_have_their_posterior_moments(backend):
