@@ -42,10 +42,12 @@ def supported(loss):
 
 def trace_elbo(model, guide, *args, **kwargs):
     """``Trace_ELBO``'s loss of one draw, ``log q - log p``, for a guide whose sample sites are all
-    reparameterised (raises ``NotImplementedError`` for others: their gradient needs a score term)."""
+    reparameterised (raises ``NotImplementedError`` for others: their gradient needs a score term).
+    A plate's subsample site is none of those: its log-density is 0, and so is its score term."""
     guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
     for name, site in guide_trace.nodes.items():
-        if site["type"] == "sample" and not site["is_observed"] and not site["fn"].has_rsample:
+        if (site["type"] == "sample" and not site["is_observed"] and not site["fn"].has_rsample
+                and not poutine.util.site_is_subsample(site)):
             raise NotImplementedError(f"the guide's site {name!r} is not reparameterised")
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
     return guide_trace.log_prob_sum() - model_trace.log_prob_sum()
@@ -102,8 +104,11 @@ class CapturedStep:
             used[:] = [g is not None for g in grads]
             return (loss, *(g for g in grads if g is not None))
 
-        # the values were checked by fit; validation would read them back (and cannot while recording)
-        with pyro.validation_enabled(False), torch.enable_grad():
+        # the values were checked by fit; validation would read them back (and cannot while recording);
+        # the recording's draws leave the generators as they were: the replay then draws what a
+        # traced step would have drawn
+        cuda = sorted({p.device.index or 0 for p in self.params if p.is_cuda})
+        with pyro.validation_enabled(False), torch.enable_grad(), torch.random.fork_rng(devices=cuda):
             graph = make_fx(step, tracing_mode="real")(*self.params, *(batch[i] for i in positions))
         return Replay(converted_once(graph)), used
 

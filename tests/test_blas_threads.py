@@ -105,7 +105,7 @@ def test_long_steps_are_timed_after_pauses_and_an_unfinished_timing_gives_up(mon
 def test_nothing_changes_off_cpu_or_with_one_thread(device, num_threads):
     blas = FakeBlas(num_threads)
     tuner = threads.BlasThreads(device, wait, blas)
-    seen, held = run_steps(tuner, blas, {1: 0.0, num_threads: 0.0}, 12)
+    seen, held = run_steps(tuner, blas, {1: 0.003, num_threads: 0.003}, 12)  # past SETTLE: would be timed
     assert set(seen) == {num_threads} and held == num_threads
     assert tuner.times == ([], [])
 

@@ -55,13 +55,25 @@ def exact_dbk(backend):
     return prior.model, prior.guide, (backend.array(X), backend.array(y))
 
 
-@pytest.mark.parametrize("method", METHODS + ["exact-dbk"])
-def test_captured_steps_are_the_traced_steps(method, replays):
-    """Minibatches of two shapes, the loss and every parameter after each step: as traced."""
-    def model(backend):
-        return exact_dbk(backend) if method == "exact-dbk" else build(backend.lib, backend.array, method)[:3]
+def user_model(backend):
+    """A user's model around an SVGP component, its plate subsampling 10 of the 24 rows: draws of
+    ``f`` and of the rows in every step."""
+    from test_contract_methods import data
 
-    batch = {} if method == "exact-dbk" else {"batch_size": BATCH}  # the exact DBK takes all rows
+    X, y, Z = (backend.array(a) for a in data())
+    return (*backend.user_model(psg.SVGP(psg.RBF(lengthscale=backend.array([0.8, 1.2])), Z), 0.1), (X, y))
+
+
+@pytest.mark.parametrize("method", METHODS + ["exact-dbk", "user"])
+def test_captured_steps_are_the_traced_steps(method, replays):
+    """Minibatches of two shapes, the loss and every parameter after each step: as traced (the
+    same draws where the steps draw)."""
+    def model(backend):
+        if method in ("exact-dbk", "user"):
+            return (exact_dbk if method == "exact-dbk" else user_model)(backend)
+        return build(backend.lib, backend.array, method)[:3]
+
+    batch = {} if method in ("exact-dbk", "user") else {"batch_size": BATCH}  # all rows: the user's plate subsamples
     traced = pyro_fit(model, False, **batch)
     assert replays == []
     assert_same_fit(pyro_fit(model, True, **batch), traced)
@@ -176,12 +188,17 @@ def test_recorded_constants_are_converted_once(method, replays):
     assert replays == [True] * STEPS
 
 
-def test_captured_loss_and_gradients_are_trace_elbos(replays):
+@pytest.mark.parametrize("which", ["bernoulli", "user"])
+def test_captured_loss_and_gradients_are_trace_elbos(which, replays):
     """At parameters moved off their initial values, the replayed loss and gradients are those of
-    ``Trace_ELBO`` (same draws: same seed), to 1e-10."""
+    ``Trace_ELBO`` (same draws: same seed), to 1e-10: a GPModel, and a user's model whose
+    likelihood reads the guide's draw of ``f`` (the model replays the guide's sites)."""
     backend = BACKENDS["pyro"]()
     backend.reset()
     model, guide, (X, y) = build(backend.lib, backend.array, "bernoulli")[:3]
+    if which == "user":
+        gp = psg.SVGP(psg.RBF(lengthscale=backend.array([0.8, 1.2])), X[:5].clone())
+        model, guide = backend.user_model(gp, 0.1, subsample_size=None)
     with pyro.poutine.trace(param_only=True) as params:
         pyro.infer.Trace_ELBO().differentiable_loss(model, guide, X, y)
     values = [params.trace.nodes[n]["value"].unconstrained() for n in sorted(params.trace.nodes)]

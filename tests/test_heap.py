@@ -54,7 +54,7 @@ def test_freed_memory_stays_while_kept_and_goes_back_at_the_end():
 # after a kept(), a block over 32 MiB: mapped afresh (and unmapped when freed) unless the
 # thresholds of the environment still hold
 AFTER = """
-import json, resource, torch
+import ctypes, ctypes.util, json, resource
 from sparsegp_common.inference import heap
 
 def resident():
@@ -64,8 +64,12 @@ def resident():
 with heap.kept():
     pass
 before = resident()
-block = torch.empty(32 * 2**20, dtype=torch.float32).fill_(1.0)  # 128 MiB
-del block
+libc = ctypes.CDLL(ctypes.util.find_library("c"))  # malloc itself: the block ends at the top of the heap, which a trim would give back
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+block = libc.malloc(128 * 2**20)
+ctypes.memset(block, 1, 128 * 2**20)
+libc.free(block)
 print(json.dumps({"before": before, "after": resident()}))
 """
 
@@ -87,6 +91,15 @@ def test_thresholds_from_the_environment_stay_in_force(environment, monkeypatch)
     r = json.loads(out.strip().splitlines()[-1])
     kept_after = r["after"] - r["before"] > 120 * MIB
     assert kept_after == (environment is not None)  # without the environment glibc maps and unmaps it
+
+
+def test_glibc_is_found_where_it_is_the_c_library():
+    """Found by its own version function, not by ``heap``'s test: the tests above skip without it."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None) if sys.platform.startswith("linux") else None
+    assert (heap._libc is not None) == hasattr(libc, "gnu_get_libc_version")
 
 
 def test_holders_in_other_threads_and_disabled_ones():
