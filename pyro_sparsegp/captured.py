@@ -57,7 +57,7 @@ class CapturedStep:
     """``step(batch) -> (loss, grads)`` of ``trace_elbo`` with respect to ``params`` (the
     unconstrained leaf tensors the model and guide read, as ``fit`` collected them), ``grads[i]``
     None where the loss does not depend on ``params[i]``; or None when the replay is not finite.
-    One graph per shape of the batch (the last batch of an epoch may be shorter). ``explicit``: the
+    One graph per shape of the batch (``fit``'s batches all have one shape). ``explicit``: the
     user asked for it (``fit`` then warns when recording fails)."""
 
     def __init__(self, model, guide, params, kwargs, explicit=False):

@@ -42,6 +42,17 @@ def test_jitter_escalation_takes_max_tries_levels(backend, max_tries):
     np.testing.assert_allclose(L @ L.T, A + 1e-4 * np.eye(3), atol=1e-12)
 
 
+def test_a_component_run_eagerly_raises_the_failed_factorisation(backend):
+    """Coincident inducing inputs, a large variance and no jitter: every level of the escalation
+    fails. Run eagerly (NumPyro: through one compiled program, whose NaN is run again eagerly),
+    the error with its advice is raised, not NaN: Pyro's when the component is built (finding its
+    shapes runs the factorisation), NumPyro's when the guide runs."""
+    X = backend.array(np.linspace(-2, 2, 12)[:, None])
+    with pytest.raises(backend.lib.CholeskyError, match="duplicate"):
+        gp = backend.lib.SVGP(backend.kernel("rbf", [1.0], 1e6), backend.array(np.zeros((6, 1))), jitter=0.0)
+        backend.trace(gp.guide, X)
+
+
 def test_jitter_escalation_under_jit():
     """Traced: the same escalation through a loop; a final failure gives NaN, not an error; under
     ``vmap`` each matrix keeps the first level that factorises it."""

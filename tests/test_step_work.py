@@ -172,6 +172,25 @@ def test_numpyro_eager_formulas_compile_once_committed_or_not(caplog):
         np.testing.assert_allclose(np.asarray(value), 9.0)
 
 
+def test_numpyro_eager_formulas_that_read_values_run_eagerly():
+    """A user's kernel that reads a value to decide (a Python ``if`` on an array) cannot be
+    compiled: the component's eager formulas then run eagerly, as before, with the same result."""
+    import jax.numpy as jnp
+    from numpyro import handlers
+
+    import numpyro_sparsegp as nsg
+
+    class Checked(nsg.RBF):
+        def K(self, X, Z=None):
+            if float(self.variance) <= 0:  # concrete values only
+                raise ValueError("variance")
+            return super().K(X, Z)
+
+    X, Z = jnp.linspace(-2.0, 2.0, 12)[:, None], jnp.linspace(-2.0, 2.0, 4)[:, None]
+    draws = [handlers.seed(nsg.SVGP(kernel, Z).guide, 0)(X) for kernel in (Checked(), nsg.RBF())]
+    np.testing.assert_allclose(np.asarray(draws[0]), np.asarray(draws[1]), rtol=1e-6)
+
+
 @pytest.mark.parametrize("diagonal", [False, True])
 def test_initial_q_is_built_on_the_host(backend, diagonal, caplog):
     """q(u)'s initial tables at the prior are built in NumPy and converted once: eager JAX would
