@@ -77,6 +77,15 @@ def covariance(q_sqrt):
     return np.diag(q_sqrt**2) if q_sqrt.ndim == 1 else q_sqrt @ q_sqrt.T
 
 
+def chevron_factor(log_diag, dense):
+    """The chevron family's lower factor C ``(m, m)``: ``exp(log_diag)`` on the diagonal and, below
+    it, the first ``k`` columns of ``dense`` ``(m, k)`` (Evans and Nair's chevron(k))."""
+    C = np.diag(np.exp(log_diag))
+    for r in range(dense.shape[1]):
+        C[r + 1:, r] = dense[r + 1:, r]
+    return C
+
+
 # ---------------------------------------------------------------- SVGP
 
 

@@ -30,9 +30,7 @@ def _problem(backend, rng, num_dense=K, n=9, augment_noise=None, relevance=False
         log_precision = rng.normal(size=M)
         backend.set(prior, log_precision=log_precision)
         S = np.diag(np.exp(log_precision))
-    C = np.diag(np.exp(log_diag))
-    for r in range(num_dense):
-        C[r + 1:, r] = dense[r + 1:, r]
+    C = ref.chevron_factor(log_diag, dense)
     return model, X, y, Z, Phi, S, C, q_mu
 
 

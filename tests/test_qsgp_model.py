@@ -25,9 +25,7 @@ def _problem(backend, rng, num_dense=K, n=9):
     model = lib.GPModel(prior, backend.set(lib.Gaussian(), variance=0.3))
     bound = backend.bound(prior)
     Phi = backend.numpy(bound.basis.features(backend.array(X), backend.array(np.arange(M), dtype=np.int64)))
-    C = np.diag(np.exp(log_diag))
-    for r in range(num_dense):
-        C[r + 1:, r] = dense[r + 1:, r]
+    C = ref.chevron_factor(log_diag, dense)
     return model, X, y, Phi, C, q_mu
 
 
@@ -210,9 +208,7 @@ def test_subsampled_draw_takes_every_index_from_its_cell(backend, rng):
     u, eps = (np.arange(M)[::-1] + 0.5) / M, rng.normal(size=K + M)
     guide = backend.handlers.condition(gp.guide, data={"gp.basis_draw": backend.array(u), "gp.eps": backend.array(eps)})
     f = backend.numpy(backend.trace(guide, backend.array(X))["gp.f"]["value"])
-    C = np.diag(np.exp(log_diag))
-    for r in range(K):
-        C[r + 1:, r] = dense[r + 1:, r]
+    C = ref.chevron_factor(log_diag, dense)
     e = np.concatenate([eps[:K], eps[2 * K:]])  # weight i takes the i-th normal of the indices' sorted order
     Phi = backend.numpy(backend.bound(gp).basis.features(backend.array(X), backend.array(np.arange(M), dtype=np.int64)))
     np.testing.assert_allclose(f, Phi @ (q_mu + C @ e), rtol=1e-10)
