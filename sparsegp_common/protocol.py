@@ -64,4 +64,5 @@ OPS = {
     "as_index": "`(x)`: an integer index array",
     "when_any": "`(flags, if_any, otherwise)`: a branch taken on data, traceable",
     "host_callback": "`(fn)`: `fn` run on the host with concrete values (inside compiled code too)",
+    "on_host": "`(fn, shape, like, *arrays)`: `fn`'s NumPy result of the arrays' values, computed on the host (inside compiled code too), in the dtype and on the device of `like`",
 }

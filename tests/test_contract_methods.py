@@ -40,6 +40,8 @@ def build(lib, array, method):
         "qsgp-inducing": lambda: lib.QSGP(lib.Matern52(lengthscale=ls), inducing_points=X[::2], num_dense=3,
                                           augment_noise=0.1),
         "qsgp-relevance": lambda: lib.QSGP(lib.RBF(lengthscale=ls), inducing_points=X[::2], num_dense=2, relevance=True),
+        "qsgp-whitened": lambda: lib.QSGP(lib.Matern52(lengthscale=ls), inducing_points=X[::2], num_dense=3,
+                                          augment_noise=0.1, whiten=True),
     }
     likelihood = lib.Bernoulli() if method == "bernoulli" else gaussian
     model = lib.GPModel(priors[method](), likelihood, num_data=N)
@@ -48,7 +50,7 @@ def build(lib, array, method):
 
 
 METHODS = ["svgp", "svgp-unwhitened-diagonal", "decoupled", "hermite", "bernoulli", "cox", "harmonic", "qsgp",
-           "qsgp-inducing", "qsgp-relevance"]
+           "qsgp-inducing", "qsgp-relevance", "qsgp-whitened"]
 
 
 @pytest.mark.parametrize("method", METHODS)

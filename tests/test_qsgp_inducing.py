@@ -238,7 +238,7 @@ def test_q_starts_at_the_prior_scale(backend, rng):
 
 
 class _FixedKernel:
-    """Just what ``_log_det`` reads: a kernel matrix given outright."""
+    """Just what ``_factor`` reads: a kernel matrix given outright."""
 
     lengthscale, variance = np.ones(1), np.asarray(1.0)
 
@@ -250,23 +250,23 @@ class _FixedKernel:
 
 
 @pytest.mark.parametrize("smallest", [-5e-6, -5e-5])
-def test_log_det_raises_the_jitter_up_to_three_times(smallest):
+def test_factor_raises_the_jitter_up_to_three_times(smallest):
     """``K(Z, Z) + jitter I`` with eigenvalues ``(1, 0.5, smallest)`` and ``jitter = 0``: the levels
     ``1e-7``, ``1e-6`` and ``1e-5`` (``1e-8 variance`` raised tenfold, three times) are tried in
     turn; -5e-6 factorises at the third with a warning, -5e-5 at none."""
     from sparsegp_common.linalg import CholeskyError
-    from sparsegp_common.priors.qsgp import _log_det
+    from sparsegp_common.priors.qsgp import _factor
 
     Q = np.linalg.qr(np.random.default_rng(0).normal(size=(3, 3)))[0]
     K = Q @ np.diag([1.0, 0.5, smallest]) @ Q.T
     if smallest < -1e-5:
         with pytest.raises(CholeskyError):
-            _log_det(_FixedKernel(K), np.zeros((3, 1)), 0.0, np.asarray)
+            _factor(_FixedKernel(K), np.zeros((3, 1)), 0.0, np.asarray)
         return
     with pytest.warns(UserWarning, match="1e-05 I instead"):
-        log_det, level = _log_det(_FixedKernel(K), np.zeros((3, 1)), 0.0, np.asarray)
+        L, level, _ = _factor(_FixedKernel(K), np.zeros((3, 1)), 0.0, np.asarray)
     assert level == pytest.approx(1e-5)
-    assert log_det == pytest.approx(np.linalg.slogdet(K + 1e-5 * np.eye(3))[1], rel=1e-10)
+    np.testing.assert_allclose(L @ L.T, K + 1e-5 * np.eye(3), rtol=1e-10, atol=1e-14)
 
 
 def test_bad_arguments(backend, rng):

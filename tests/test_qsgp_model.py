@@ -468,17 +468,19 @@ def _float32_problem(lib, array, dtype, basis="fourier"):
         prior = lib.QSGP(kernel, 500, 1, num_dense=2, seed=1)
     else:
         Z = np.concatenate([X[:1], X[::3]])
-        prior = lib.QSGP(kernel, inducing_points=array(Z, dtype), num_dense=2, relevance=basis == "relevance")
+        prior = lib.QSGP(kernel, inducing_points=array(Z, dtype), num_dense=2, relevance=basis == "relevance",
+                         whiten=basis == "whitened")
     return lib.GPModel(prior, lib.Gaussian(variance=array(0.1, dtype)), num_data=3000), array(X, dtype), array(y, dtype)
 
 
-@pytest.mark.parametrize("basis", ["fourier", "inducing"])
+@pytest.mark.parametrize("basis", ["fourier", "inducing", "whitened"])
 @pytest.mark.parametrize("run", ["pyro", "numpyro-jit"])
 def test_float32_loss_and_gradients(run, basis):
     """The loss (with control variates, the Nystrom rows with a dense ``S``) on the same draws in
     float32 and float64: within 1e-4 of each other, each gradient within 2 % of its float64 norm
     (eager torch, compiled JAX); random Fourier features, and kernel functions at inputs with a
-    coincident pair (the relevance vector machine's diagonal S reads as the features' does)."""
+    coincident pair (the relevance vector machine's diagonal S reads as the features' does), and the
+    whitened ones (rows of the factor at the inputs that are Z's, a solve at the others)."""
     from backends import BACKENDS, xla_optimisations
 
     backend = BACKENDS[run.split("-")[0]]()

@@ -31,6 +31,9 @@ class InducingPointBasis(WeightBasis):
             ``index``: :meth:`gathered`).
     """
 
+    #: ``phi_j = k(., z_j)``, so ``|phi(x)|^2 = |k(x, Z)|^2`` (Proposition 4's augmentation)
+    features_are_kernel = True
+
     def __init__(self, kernel, Z, jitter, log_det, log_precision=None):
         if not isinstance(kernel, Stationary):
             raise TypeError(f"inducing points need a stationary kernel, got {type(kernel).__name__}")

@@ -366,6 +366,14 @@ def host_callback(fn, *arrays):
     jax.debug.callback(lambda *values: fn(*map(np.asarray, values)), *arrays)
 
 
+def on_host(fn, shape, like, *arrays):
+    """As the torch version; under ``jit`` when the compiled program runs (``jax.pure_callback``, no
+    derivative: ``fn``'s values are constants to the gradient)."""
+    out = jax.ShapeDtypeStruct(tuple(shape), like.dtype)
+    return jax.pure_callback(lambda *values: np.asarray(fn(*map(np.asarray, values)), dtype=like.dtype), out,
+                             *arrays, vmap_method="sequential")
+
+
 def index_add(x, index, values):
     """``x`` with ``values`` added at the rows ``index`` (repeats accumulate); in place where
     ``x``'s buffer is donated to the compiled program."""

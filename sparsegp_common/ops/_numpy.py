@@ -203,6 +203,10 @@ def host_callback(fn, *arrays):
     fn(*arrays)
 
 
+def on_host(fn, shape, like, *arrays):
+    return np.asarray(fn(*arrays), dtype=like.dtype).reshape(tuple(shape))
+
+
 def index_add(x, index, values):
     """``x`` with ``values`` added at the rows ``index`` (repeats accumulate), as a new array."""
     out = np.array(x, copy=True)

@@ -397,6 +397,16 @@ def host_callback(fn, *arrays):
     fn(*(a.detach().cpu().numpy() for a in arrays))
 
 
+def on_host(fn, shape, like, *arrays):
+    """``fn`` of the arrays' NumPy values, run on the host: its NumPy result ``shape`` as a tensor in
+    the dtype and on the device of ``like`` (a constant to the gradient). Refused while a graph is
+    recorded: the recording would keep this call's result for every replay."""
+    if not is_concrete(like):
+        raise NotImplementedError("a computation on the host cannot be recorded in a graph")
+    out = fn(*(a.detach().cpu().numpy() for a in arrays))
+    return torch.as_tensor(out, dtype=like.dtype).reshape(tuple(shape)).to(like.device)
+
+
 def index_add(x, index, values):
     """``x`` with ``values`` added at the rows ``index`` (repeats accumulate), as a new tensor."""
     return x.index_add(0, index, values)

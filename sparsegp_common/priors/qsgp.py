@@ -19,6 +19,7 @@ import numpy as np
 from sparsegp_common import checks
 from sparsegp_common.features.kernel_basis import InducingPointBasis
 from sparsegp_common.features.random_fourier import RandomFourierBasis
+from sparsegp_common.features.whitened_basis import HostFactor, WhitenedInducingBasis
 from sparsegp_common.linalg import CholeskyError, cholesky
 from sparsegp_common.likelihoods import Gaussian
 from sparsegp_common.objectives import control_variates, quadruply_stochastic
@@ -52,6 +53,16 @@ class QSGP(GPPrior):
     on this basis (its curvature ``K (K + noise I) / noise`` squares ``K``'s spread; docs/usage.md,
     "Inducing points at every training input").
 
+    Whitened (``inducing_points=Z, whiten=True``): the same prior on the rotated functions
+    ``phi(x) = L^-1 k(Z, x)``, ``L L^T = K(Z, Z) + jitter I``, with ``w ~ N(0, I)``
+    (:class:`~sparsegp_common.features.whitened_basis.WhitenedInducingBasis`; at ``Z`` itself
+    ``f = L w``, the SVGP's whitening). The mean's curvature is then ``K / noise + I`` instead of
+    ``K (K + noise I) / noise``, whose spread is the square of ``K``'s, so that first-order steps
+    converge far faster (benchmarks/RESULTS.md, "the whitened basis"). ``L`` (``O(m^3)`` once, on the host in float64) is kept in host memory in
+    ``Z``'s dtype (``m^2`` numbers); a step reads its entries at the minibatch's rows, which must
+    be rows of ``Z`` to cost ``O(1)`` each (others cost a triangular solve: prediction). The
+    kernel's hyperparameters and ``Z`` are held, as with the dense ``S``.
+
     The relevance vector machine (``inducing_points=Z, relevance=True``; Tipping, 2001; Evans and
     Nair's QSRVM, App. I.3): the same basis with a diagonal ``S = diag(s)``, one precision per
     function in ``<name>.log_precision`` (``log s``, starting at 0), learnt by empirical Bayes with
@@ -73,6 +84,7 @@ class QSGP(GPPrior):
             full Cholesky factor; ``(k + 2) m`` numbers in all.
         seed: an integer naming the frequencies.
         relevance: with ``inducing_points``, learn a diagonal ``S`` (the relevance vector machine).
+        whiten: with ``inducing_points``, the rotated functions with ``S = I`` (see above).
         jitter: added to ``S``'s diagonal (inducing points).
         num_basis: None, or ``m~``: in a user's model (``gp.model``/``gp.guide``), each step draws
             ``m~`` basis indices and ``w = q_mu + C eps`` (sites ``<name>.basis_draw`` and
@@ -97,7 +109,8 @@ class QSGP(GPPrior):
     """
 
     def __init__(self, kernel, num_features=None, input_dim=None, *, inducing_points=None, num_dense=0, seed=0,
-                 relevance=False, jitter=1e-6, num_basis=None, augment_noise=None, mean_function=None, name="gp"):
+                 relevance=False, whiten=False, jitter=1e-6, num_basis=None, augment_noise=None, mean_function=None,
+                 name="gp"):
         super().__init__(name)
         self.kernel = kernel
         like = kernel.first_parameter()
@@ -105,10 +118,14 @@ class QSGP(GPPrior):
         self.augment_noise = None if augment_noise is None else checks.positive_float(augment_noise, "augment_noise")
         if not isinstance(relevance, bool):
             raise TypeError(f"relevance must be True or False, got {relevance!r}")
-        self._log_det, self.relevance = None, relevance
+        if not isinstance(whiten, bool):
+            raise TypeError(f"whiten must be True or False, got {whiten!r}")
+        self._log_det, self._factor, self.relevance = None, None, relevance
         if relevance and (inducing_points is None or augment_noise is not None):
             raise ValueError("relevance=True takes inducing_points and no augment_noise (App. G's added function "
                              "has the dense prior's precision)")
+        if whiten and (inducing_points is None or relevance):
+            raise ValueError("whiten=True takes inducing_points, without relevance")
         if inducing_points is None:
             if num_features is None or input_dim is None:
                 raise TypeError("QSGP needs num_features and input_dim (random Fourier features), or inducing_points")
@@ -126,7 +143,11 @@ class QSGP(GPPrior):
             if relevance:
                 self._param("log_precision", namespace(Z).zeros((m,), dtype=Z.dtype, device=device(Z)))
             else:
-                self._log_det, self.jitter = _log_det(kernel, Z, self.jitter, self._checks.host)
+                L, self.jitter, host_Z = _factor(kernel, Z, self.jitter, self._checks.host)
+                if whiten:
+                    self._factor = HostFactor(L.astype(host_Z.dtype), host_Z, _host_kernel(kernel, self._checks.host))
+                else:
+                    self._log_det = float(2 * np.sum(np.log(np.diagonal(L))))
         self.num_dense = checks.nonnegative_int(num_dense, "num_dense")
         if self.num_dense > m:
             raise ValueError(f"num_dense must be at most num_features = {m}, got {num_dense}")
@@ -136,7 +157,7 @@ class QSGP(GPPrior):
         self.num_basis = None if num_basis is None else checks.positive_int(num_basis, "num_basis")
         if self.num_basis is not None and self._log_det is not None:
             raise ValueError("num_basis (the subsampled pair) needs a diagonal prior precision: random Fourier "
-                             "features or relevance=True")
+                             "features, whiten=True or relevance=True")
         self.basis  # refuses kernels without a random Fourier basis
         xp = namespace(like)
         # C_ii = S_ii^(-1/2): the prior's scale (with S = I, the prior itself)
@@ -157,10 +178,13 @@ class QSGP(GPPrior):
         if self.relevance:
             return InducingPointBasis(self.kernel, backend(self.Z).stop_gradient(self.Z), self.jitter, None,
                                       self.log_precision)
-        if self._log_det is None:
+        if self._log_det is None and self._factor is None:
             return RandomFourierBasis(self.kernel, self.num_features, self.input_dim, self.seed)
         hold = backend(self.Z).stop_gradient
-        basis = InducingPointBasis(self.kernel, hold(self.Z), self.jitter, self._log_det)
+        if self._factor is not None:
+            basis = WhitenedInducingBasis(self.kernel, hold(self.Z), self.jitter, self._factor)
+        else:
+            basis = InducingPointBasis(self.kernel, hold(self.Z), self.jitter, self._log_det)
         return basis.fixed(hold(self.kernel.lengthscale), hold(self.kernel.variance))
 
     def set_optimal_diagonal(self, X, noise):
@@ -243,13 +267,14 @@ class QSGP(GPPrior):
         return self.kernel.K_diag(X)
 
 
-def _log_det(kernel, Z, jitter, host):
-    """``(log|K(Z, Z) + jitter I|, jitter)``: one factorisation on the host in float64 (the kernel
-    matrix too: float32 round-off alone makes a large one indefinite), at the kernel's current
-    values; where it fails, ``jitter`` is raised tenfold up to three times, with a warning."""
-    Z, lengthscale, variance = (np.asarray(host(a), dtype=np.float64)
-                                for a in (Z, kernel.lengthscale, kernel.variance))
-    K = kernel.K_at(Z, Z, lengthscale, variance)
+def _factor(kernel, Z, jitter, host):
+    """``(L, jitter, Z)``: the factor of ``K(Z, Z) + jitter I`` by one factorisation on the host
+    in float64 (the kernel matrix too: float32 round-off alone makes a large one indefinite), at
+    the kernel's current values, and ``Z`` on the host in its dtype; where it fails, ``jitter`` is
+    raised tenfold up to three times, with a warning."""
+    host_Z = np.asarray(host(Z))
+    K = _host_kernel(kernel, host)(host_Z, host_Z)
+    variance = float(np.asarray(host(kernel.variance)))
     levels = [jitter] + [max(jitter, 1e-8 * float(variance)) * 10.0**i for i in range(1, 4)]
     for level in levels:
         try:
@@ -261,7 +286,14 @@ def _log_det(kernel, Z, jitter, host):
         if level != jitter:
             warnings.warn(f"QSGP: K(Z, Z) + {jitter:g} I is not numerically positive definite; "
                           f"S = K(Z, Z) + {level:g} I instead (give jitter={level:g} to say so)", stacklevel=3)
-        return float(2 * np.sum(np.log(np.diagonal(L)))), level
+        return L, level, host_Z
+
+
+def _host_kernel(kernel, host):
+    """``(A, B) -> K(A, B)`` in float64 NumPy at the kernel's current values."""
+    lengthscale, variance = (np.asarray(host(a), dtype=np.float64) for a in (kernel.lengthscale, kernel.variance))
+    return lambda A, B: kernel.K_at(np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64), lengthscale,
+                                    variance)
 
 
 class ChevronPosterior:
@@ -305,7 +337,7 @@ class ChevronPosterior:
         N, k = X.shape[0], q.num_dense
         columns = xp.arange(k, device=device(q.q_mu))
         # hyperparameters read once: a block recomputed in the backward pass reads no parameter
-        basis = self.basis.held()
+        basis = self.basis.held().at(X)
         augment = self.augment_noise is not None
 
         def block(I, weights):
@@ -315,7 +347,11 @@ class ChevronPosterior:
                 Phi = Phi * weights
             scaled = Phi * (xp.exp(q.log_diagonal(I)) * xp.astype(I >= k, X.dtype))
             rest = scaled @ scaled.mT if full_cov else xp.sum(scaled**2, axis=-1)[:, None]
-            norms = [xp.sum(Phi**2, axis=-1)[:, None]] if augment else []
+            if augment:  # |k(x, Z)|^2, of the unweighted functions
+                cross = Phi if basis.features_are_kernel else basis.prior_cross(X, I)
+                if weights is not None and not basis.features_are_kernel:
+                    cross = cross * weights
+            norms = [xp.sum(cross**2, axis=-1)[:, None]] if augment else []
             return xp.concat([(Phi @ q.mean(I))[:, None], Phi @ q.column_block(I, columns), rest] + norms, axis=1)
 
         total = backend(X).blockwise_sum(block, q.num_weights, min(BLOCK, q.num_weights), X)
