@@ -194,17 +194,23 @@ def test_subsampled_pair_in_a_users_model(backend, rng):
     assert z > 4, (pair.mean(), exact.mean(), z)
 
 
-def test_subsampled_draw_takes_every_index_from_its_cell(backend, rng):
+@pytest.mark.parametrize("basis", ["fourier", "whitened"])
+def test_subsampled_draw_takes_every_index_from_its_cell(backend, rng, basis):
     """The pair's uniforms ``u`` become the indices ``floor(u m)``: with ``num_basis = m`` and one
     ``u`` inside each index's cell (in reverse order), the guide's ``f`` is ``Phi (q_mu + C e)``
     exactly, ``e`` the dense columns' normals, then the diagonal ones' (``m / m~ = 1``, every
-    weight once)."""
+    weight once); random Fourier features, or the whitened kernel functions (``S = I``) at inputs
+    of which three are rows of ``Z``."""
     lib = backend.lib
     X = rng.normal(size=(5, D))
     kernel = backend.kernel("matern32", [0.9, 1.4], 1.3)
     q_mu, log_diag, dense = rng.normal(size=M) * 0.5, rng.normal(size=M) * 0.3 - 0.5, rng.normal(size=(M, K)) * 0.4
-    gp = backend.set(lib.QSGP(kernel, M, D, num_dense=K, seed=3, num_basis=M), q_mu=q_mu, q_log_diag=log_diag,
-                     q_dense=dense)
+    if basis == "fourier":
+        prior = lib.QSGP(kernel, M, D, num_dense=K, seed=3, num_basis=M)
+    else:
+        Z = np.vstack([X[:3], rng.normal(size=(M - 3, D))])
+        prior = lib.QSGP(kernel, inducing_points=backend.array(Z), num_dense=K, num_basis=M, whiten=True)
+    gp = backend.set(prior, q_mu=q_mu, q_log_diag=log_diag, q_dense=dense)
     u, eps = (np.arange(M)[::-1] + 0.5) / M, rng.normal(size=K + M)
     guide = backend.handlers.condition(gp.guide, data={"gp.basis_draw": backend.array(u), "gp.eps": backend.array(eps)})
     f = backend.numpy(backend.trace(guide, backend.array(X))["gp.f"]["value"])
