@@ -14,6 +14,9 @@ psg = pytest.importorskip("pyro_sparsegp")
 captured = pytest.importorskip("pyro_sparsegp.captured")
 
 STEPS, BATCH = 5, 10  # 24 rows in batches of 10 (fit skips an epoch's last 4): one graph
+# the whitened QSGP reads its factor on the host, which no graph can record: it runs traced
+# (tests/test_qsgp_whitened.py)
+CAPTURED = [method for method in METHODS if method != "qsgp-whitened"]
 
 
 @pytest.fixture
@@ -64,7 +67,7 @@ def user_model(backend):
     return (*backend.user_model(psg.SVGP(psg.RBF(lengthscale=backend.array([0.8, 1.2])), Z), 0.1), (X, y))
 
 
-@pytest.mark.parametrize("method", METHODS + ["exact-dbk", "user"])
+@pytest.mark.parametrize("method", CAPTURED + ["exact-dbk", "user"])
 def test_captured_steps_are_the_traced_steps(method, replays):
     """Minibatches, the loss and every parameter after each step: as traced (the same draws
     where the steps draw)."""
@@ -100,7 +103,7 @@ def on_cuda(method):
 
 
 @cuda
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", CAPTURED)
 def test_cuda_graph_steps_are_the_traced_steps(method, replays, launches):
     """On a CUDA device every captured step is one CUDA graph launch, with the traced steps' draws
     and values."""
