@@ -62,10 +62,13 @@ class InducingPointBasis(WeightBasis):
     def _rows(self, I):
         return namespace(self.Z).take(self.Z, I, axis=0)
 
-    def features(self, X, I):
-        """``Phi[:, I] = K(X, Z[I])``, ``(n, len(I))``."""
+    def _check_columns(self, X):
         if X.shape[-1] != self.input_dim:
             raise ValueError(f"X has {X.shape[-1]} columns but the basis has input_dim={self.input_dim}")
+
+    def features(self, X, I):
+        """``Phi[:, I] = K(X, Z[I])``, ``(n, len(I))``."""
+        self._check_columns(X)
         return self._K(X, self._rows(I))
 
     def prior_cross(self, X, I):

@@ -88,8 +88,7 @@ class WhitenedInducingBasis(InducingPointBasis):
     def features(self, X, I):
         """``phi(X)[:, I]``, ``(n, len(I))``: ``L[l, I]`` at ``Z``'s own rows ``l`` (in host
         memory), a solve elsewhere (or the features :meth:`at` computed for ``X``)."""
-        if X.shape[-1] != self.input_dim:
-            raise ValueError(f"X has {X.shape[-1]} columns but the basis has input_dim={self.input_dim}")
+        self._check_columns(X)
         if self._solved is not None:
             return namespace(self._solved).take(self._solved, I, axis=1)
         return backend(X).on_host(self.factor.features, (X.shape[0], I.shape[0]), X, X, I)
@@ -108,15 +107,7 @@ class WhitenedInducingBasis(InducingPointBasis):
         augmentation reads their norms)."""
         return self._K(X, self._rows(I))
 
-    def prior_block(self, J, I):
-        """``S[J, I] = [j = i]``."""
-        xp = namespace(J)
-        return xp.astype(J[:, None] == I[None, :], self.Z.dtype)
-
     def prior_diagonal(self, I):
         """``S_ii = 1``."""
         xp = namespace(self.Z)
         return xp.ones(I.shape, dtype=self.Z.dtype, device=device(self.Z))
-
-    def prior_log_det(self):
-        return 0.0
