@@ -26,15 +26,15 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO, ELBO):
     STATE = STATE
 
     def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000,
-                 paper_literal=False, num_particles=1):
+                 paper_literal=False, snapshot=None, snapshot_every=20, num_particles=1):
         core.QuadruplyStochasticELBO.__init__(self, num_basis, num_columns, replacement, control_variates, refresh_every,
-                                              paper_literal)
-        if control_variates is not None and num_particles != 1:
-            raise ValueError("control_variates carry one state from step to step: use num_particles=1")
+                                              paper_literal, snapshot, snapshot_every)
+        if self.stateful and num_particles != 1:
+            raise ValueError("control_variates and snapshot carry one state from step to step: use num_particles=1")
         ELBO.__init__(self, num_particles=num_particles)
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
-        if self.control_variates is not None:
+        if self.stateful:
             if STATE not in param_map:
                 raise ValueError("the control variates' state is missing from SVI's state: start from "
                                  "loss.with_initial_state(svi, svi.init(key, X, y), X, y) (fit does this)")
@@ -53,13 +53,14 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO, ELBO):
     def step_draw(self, model, X, y, rng_key):
         """The draw :meth:`loss_with_mutable_state` makes from SVI's step key ``rng_key`` (one
         particle): for a step that gathers the rows it reads first (``fit``)."""
-        key = rng_key if self.control_variates is not None else jax.random.split(rng_key, 1)[0]
+        key = rng_key if self.stateful else jax.random.split(rng_key, 1)[0]
         return self.draw(model, X, y, key=key)
 
     def with_initial_state(self, svi, svi_state, *args):
-        """``svi_state`` with the control variates' first state (at its parameter values) in its
-        mutable state; unchanged without control variates. ``args``: the model's ``(X, y)``."""
-        if self.control_variates is None:
+        """``svi_state`` with the control variates' (or the snapshot's) first state (at its
+        parameter values) in its mutable state; unchanged without them. ``args``: the model's
+        ``(X, y)``."""
+        if not self.stateful:
             return svi_state
         with handlers.substitute(data=svi.get_params(svi_state)):
             state = self.initial_state(svi.model, *args)

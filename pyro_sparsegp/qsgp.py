@@ -1,9 +1,8 @@
 """Quadruply stochastic GPs for Pyro (written once in :mod:`sparsegp_common.priors.qsgp`): the
 index draws come from torch's global RNG, the loss is a plain callable that keeps the control
-variates' state between calls (``fit`` saves it in checkpoints)."""
+variates' (or the snapshot's) state between calls (``fit`` saves it in checkpoints)."""
 import torch
 
-from sparsegp_common.objectives.control_variates import State
 from sparsegp_common.priors import qsgp as core
 from sparsegp_common.priors.qsgp import ChevronPosterior, quadruply_stochastic_loss
 
@@ -16,10 +15,10 @@ __all__ = ["ChevronPosterior", "QSGP", "QuadruplyStochasticELBO", "quadruply_sto
 
 
 class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO):
-    state = None  # the control variates' State between calls (created at the first)
+    state = None  # the control variates' (or the snapshot's) state between calls (created at the first)
 
     def __call__(self, model, guide, X, y, **kwargs):
-        if self.control_variates is None:
+        if not self.stateful:
             return self.negative_elbo(model, X, y, **kwargs)
         if self.state is None:
             self.state = self.initial_state(model, X, y)
@@ -31,7 +30,7 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO):
         :meth:`tables`) that it needs: ``(loss, rows, slices)``, ``slices`` being new leaf tensors of
         the tables at the sorted ``rows``, whose ``grad`` the loss's backward fills (``fit``'s
         strict ``O(1)`` step)."""
-        if self.control_variates is not None and self.state is None:
+        if self.stateful and self.state is None:
             self.state = self.initial_state(model, X, y)
         drawn = self.draw(model, X, y)
         rows = self.rows(drawn, self.state)
@@ -44,8 +43,8 @@ class QuadruplyStochasticELBO(core.QuadruplyStochasticELBO):
             return float(self(model, guide, *args, **kwargs))
 
     def state_dict(self):
-        """The control variates' state as plain tensors (``{}`` before the first call or without them)."""
+        """The loss's state as plain tensors (``{}`` before the first call or without one)."""
         return {} if self.state is None else {k: v.detach().clone() for k, v in self.state._asdict().items()}
 
     def load_state_dict(self, state):
-        self.state = State(**state) if state else None
+        self.state = self.state_type()(**state) if state else None

@@ -28,7 +28,8 @@ from typing import NamedTuple
 from sparsegp_common.ops import backend, device, namespace
 
 __all__ = ["BoundDraw", "Draw", "LiteralDraw", "bound_draw", "draw", "gaussian_loss", "indices", "kl_estimate",
-           "literal_arguments", "literal_bound", "literal_draw", "rows_read", "subsampled_bound", "subsampled_f"]
+           "literal_arguments", "literal_bound", "literal_draw", "quadratic_form", "rows_read", "subsampled_bound",
+           "subsampled_f"]
 
 
 class Draw(NamedTuple):
@@ -130,7 +131,7 @@ def indices(key, like, count, size, replacement=True):
     return ops.randint(key, (size,), count, where) if replacement else ops.permutation(key, count, where)[:size]
 
 
-def gaussian_loss(basis, q, X, y, noise, num_data, draw):
+def gaussian_loss(basis, q, X, y, noise, num_data, draw, features=None):
     """An unbiased estimate of the negative ELBO ``(L_mu + L_Sigma + L_const) / 2``.
 
     Args:
@@ -140,6 +141,7 @@ def gaussian_loss(basis, q, X, y, noise, num_data, draw):
         noise: the likelihood variance (a scalar array).
         num_data: ``n``, the number of training rows the draw came from.
         draw: a :class:`Draw`.
+        features: ``(Phi[:, I], Phi[:, J])`` if the caller has them (None: read here).
 
     Returns:
         A scalar: its expectation over the rows and ``draw`` is the exact negative ELBO, its
@@ -147,17 +149,11 @@ def gaussian_loss(basis, q, X, y, noise, num_data, draw):
     """
     xp = namespace(y)
     m, k = q.num_weights, q.num_dense
-    rows, pairs = num_data / y.shape[0], (m / draw.I.shape[0]) * (m / draw.J.shape[0])
-    Phi_I, Phi_J = basis.features(X, draw.I), basis.features(X, draw.J)
+    rows = num_data / y.shape[0]
+    Phi_I, Phi_J = features or (basis.features(X, draw.I), basis.features(X, draw.J))
 
     def quadratic(v_I, v_J):
-        """``v^T (Phi^T Phi / noise + S) v`` for the columns of ``v`` (``(m~, p)`` at I and J)."""
-        data = rows * pairs * xp.sum((Phi_J @ v_J) * (Phi_I @ v_I), axis=0) / noise
-        if basis.diagonal_prior:
-            prior = (m / draw.I.shape[0]) * xp.sum(basis.prior_diagonal(draw.I)[:, None] * v_I**2, axis=0)
-        else:
-            prior = pairs * xp.sum(v_J * (basis.prior_block(draw.J, draw.I) @ v_I), axis=0)
-        return data + prior
+        return quadratic_form(basis, Phi_I, Phi_J, draw, (v_I, v_J), (v_I, v_J), noise, rows, m)
 
     mu_I, mu_J = q.mean(draw.I), q.mean(draw.J)
     L_mu = -2 * rows * (m / draw.I.shape[0]) * xp.sum(y * (Phi_I @ mu_I)) / noise + quadratic(
@@ -172,6 +168,21 @@ def gaussian_loss(basis, q, X, y, noise, num_data, draw):
         log_det = basis.prior_log_det()
     L_const = -log_det - m + num_data * xp.log(2 * math.pi * noise) + rows * xp.sum(y**2) / noise
     return 0.5 * (L_mu + L_sigma + L_const)
+
+
+def quadratic_form(basis, Phi_I, Phi_J, draw, a, b, noise, rows, m):
+    """An unbiased estimate of ``a^T (Phi^T Phi / noise + S) b`` for the columns of ``a`` and ``b``
+    (``(a_I, a_J)``, ``(b_I, b_J)``: each at the basis sets ``I`` and ``J``, ``(m~, p)``), from the
+    features ``Phi_I``, ``Phi_J`` of the drawn rows (``rows``: ``n / n~``; ``m`` functions):
+    ``(p,)``. A diagonal ``S`` is a single-index sum over ``I``."""
+    xp = namespace(Phi_I)
+    pairs = (m / draw.I.shape[0]) * (m / draw.J.shape[0])
+    data = rows * pairs * xp.sum((Phi_J @ a[1]) * (Phi_I @ b[0]), axis=0) / noise
+    if basis.diagonal_prior:
+        prior = (m / draw.I.shape[0]) * xp.sum(basis.prior_diagonal(draw.I)[:, None] * a[0] * b[0], axis=0)
+    else:
+        prior = pairs * xp.sum(a[1] * (basis.prior_block(draw.J, draw.I) @ b[0]), axis=0)
+    return data + prior
 
 
 def _diagonal_columns(basis, q, X, noise, rows, D):

@@ -22,7 +22,7 @@ from sparsegp_common.features.random_fourier import RandomFourierBasis
 from sparsegp_common.features.whitened_basis import HostFactor, WhitenedInducingBasis
 from sparsegp_common.linalg import CholeskyError, cholesky
 from sparsegp_common.likelihoods import Gaussian
-from sparsegp_common.objectives import control_variates, quadruply_stochastic
+from sparsegp_common.objectives import control_variates, quadruply_stochastic, snapshot
 from sparsegp_common.ops import backend, device, namespace
 from sparsegp_common.priors import GPPrior
 from sparsegp_common.variational.chevron import Chevron, GatheredChevron
@@ -453,7 +453,8 @@ def draw_for(owner, X, y, key, num_basis, num_columns=None, replacement=True, pa
 def rows_for(drawn, state=None):
     """The sorted rows of the q tables that the loss reads with ``drawn`` and the control
     variates' ``state`` (None without them): ``O(num_basis + k)`` of them."""
-    return quadruply_stochastic.rows_read(drawn, *(() if state is None else (state.rows,)))
+    more = (state.rows,) if isinstance(state, control_variates.State) else ()
+    return quadruply_stochastic.rows_read(drawn, *more)
 
 
 def _draw(owner, prior, likelihood, X, key, num_basis, num_columns, replacement, paper_literal):
@@ -477,6 +478,10 @@ def _loss(owner, prior, likelihood, X, y, drawn, control, gathered):
         if control is not None:
             raise ValueError("control_variates are for the Gaussian likelihood's estimator")
         return quadruply_stochastic.subsampled_bound(basis, q, X, y, likelihood.log_prob, num_data, drawn)
+    if control is not None and isinstance(control[0], snapshot.Snapshot):
+        features = (basis.features(X, drawn.I), basis.features(X, drawn.J))
+        loss = quadruply_stochastic.gaussian_loss(basis, q, X, y, likelihood.variance, num_data, drawn, features)
+        return _with_snapshot(prior, full, q, X, y, drawn, features, loss, *control, likelihood.variance, num_data)
     loss = quadruply_stochastic.gaussian_loss(basis, q, X, y, likelihood.variance, num_data, drawn)
     if control is None:
         return loss
@@ -504,6 +509,53 @@ def _loss(owner, prior, likelihood, X, y, drawn, control, gathered):
     rows = xp.astype(xp.concat([I, J, xp.arange(q.num_dense, device=device(I))]), state.rows.dtype)
     return loss, state._replace(a=a, rows=rows, values=ops.stop_gradient(_columns(q, rows)), lengthscale=lengthscale,
                                 variance=variance, step=state.step + 1)
+
+
+def _with_snapshot(prior, full, q, X, y, drawn, features, loss, state, every, noise, num_data):
+    """``loss`` with the snapshot control variate's pair, and the state after the step: a full pass
+    at the current values every ``every`` steps (:mod:`~sparsegp_common.objectives.snapshot`)."""
+    ops, xp = backend(X), namespace(X)
+    current = tuple(ops.stop_gradient(h) for h in (prior.kernel.lengthscale, prior.kernel.variance, noise))
+
+    def take():
+        s = ops.stop_gradient(full.q_mu)
+        h, c = snapshot.exact(prior.basis.fixed(*current[:2]), state.X, state.y, s, current[2], BLOCK)
+        return (s, h, c) + current
+
+    def keep():
+        return state.s, state.h, state.c, state.lengthscale, state.variance, state.noise
+
+    s, h, c, lengthscale, variance, held_noise = ops.when_any(state.step % every == 0, take, keep)
+    state = state._replace(s=s, h=h, c=c, lengthscale=lengthscale, variance=variance, noise=held_noise,
+                           step=state.step + 1)
+    fixed = prior.basis.fixed(lengthscale, variance)
+    moved = xp.any(lengthscale != current[0]) | xp.any(variance != current[1])
+    # the pair's features at the snapshot's hyperparameters: the estimate's own while they are held
+    features = ops.when_any(moved, lambda: (fixed.features(X, drawn.I), fixed.features(X, drawn.J)),
+                            lambda: tuple(ops.stop_gradient(f) for f in features))
+    pair = snapshot.pair(fixed, state, features, X, y, drawn, q.mean(drawn.I), q.mean(drawn.J), num_data)
+    return loss + 0.5 * pair, state
+
+
+def initial_snapshot_state(owner, X, y):
+    """The snapshot control variate's first state for ``owner``, over all its training rows
+    ``X`` ``(n, D)``, ``y`` ``(n,)`` (the first step takes the snapshot)."""
+    with _bound(owner, X, y) as (prior, likelihood, X, y):
+        if not isinstance(likelihood, Gaussian):
+            raise ValueError("snapshot is for the Gaussian likelihood's estimator, got "
+                             f"{type(likelihood).__name__}")
+        if getattr(prior, "mean_function", None) is not None:
+            raise ValueError("snapshot needs the targets fixed between snapshots: give the QSGP no mean_function "
+                             "(subtract a fitted mean from y instead)")
+        if owner.num_data is not None and owner.num_data != X.shape[0]:
+            raise ValueError(f"snapshot takes all num_data={owner.num_data} training rows, got {X.shape[0]}")
+        ops, xp, m = backend(X), namespace(X), prior.chevron().num_weights
+        # distinct arrays (copies of the data too): NumPyro's by-rows step donates the state's buffers
+        X, y = X + 0.0, y + 0.0
+        s, h, c = (xp.zeros(shape, dtype=X.dtype, device=device(X)) for shape in ((m,), (m,), ()))
+        hyper = tuple(ops.stop_gradient(h) + 0 for h in (prior.kernel.lengthscale, prior.kernel.variance,
+                                                         likelihood.variance))
+        return snapshot.Snapshot(X, y, s, h, c, *hyper, xp.asarray(0, dtype=xp.int32, device=device(X)))
 
 
 def initial_control_state(owner, X, y, support_X, num_basis):
@@ -562,6 +614,16 @@ class QuadruplyStochasticELBO:
     further they have moved).
     ``fit`` carries the state from step to step and into checkpoints.
 
+    With ``snapshot`` (all the training rows ``(X, y)``) the loss adds instead a snapshot
+    control variate for the mean (:mod:`~sparsegp_common.objectives.snapshot`, the variance
+    reduction of SVRG): every ``snapshot_every`` steps a full pass over the ``n`` rows takes the
+    exact gradient of the mean's part at the current ``q_mu`` (``O(n m)``), and each step's
+    gradient in ``q_mu`` is the estimate's change since then plus that gradient, whose noise
+    fades as ``q_mu`` settles (rows and basis functions alike). It suits sizes where a pass over
+    ``n m`` feature entries every few steps is affordable, such as a whitened basis of inducing
+    points at the training inputs (``QSGP(kernel, inducing_points=X, whiten=True)``), and needs
+    no mean function; any optimiser may train the tables.
+
     With AdaGrad (NumPyro's with ``momentum=0.0``) or plain SGD on the q tables, ``fit`` steps by
     rows: it draws the indices first (:meth:`draw`), gathers the rows of the tables they read
     (:meth:`rows`, :meth:`tables`), differentiates the loss with respect to those rows only and
@@ -573,6 +635,8 @@ class QuadruplyStochasticELBO:
         replacement: draw with replacement (the default).
         control_variates: None, or the support rows ``(n_bar, D)``.
         refresh_every: steps between exact recomputations of the control variates' state.
+        snapshot: None, or ``(X, y)``: all ``n`` training rows, for the snapshot control variate.
+        snapshot_every: steps between snapshots.
         paper_literal: for reproducing the paper only: its Theorem 3 as printed, for any
             likelihood (each row's ``E_z log g(a + z s)`` with ``s`` an unbiased estimate of the
             latent variance where the standard deviation belongs: not a bound on the ELBO).
@@ -582,7 +646,7 @@ class QuadruplyStochasticELBO:
     SPARSE_OPTIMISERS = ("Adagrad", "SGD")
 
     def __init__(self, num_basis=1000, num_columns=None, replacement=True, control_variates=None, refresh_every=1000,
-                 paper_literal=False):
+                 paper_literal=False, snapshot=None, snapshot_every=20):
         self.num_basis = checks.positive_int(num_basis, "num_basis")
         self.num_columns = None if num_columns is None else checks.positive_int(num_columns, "num_columns")
         if not isinstance(replacement, bool):
@@ -593,9 +657,23 @@ class QuadruplyStochasticELBO:
             raise TypeError(f"paper_literal must be True or False, got {paper_literal!r}")
         if paper_literal and (control_variates is not None or num_columns is not None):
             raise ValueError("paper_literal draws its own columns of C and takes no control_variates")
+        if snapshot is not None and (control_variates is not None or paper_literal):
+            raise ValueError("snapshot replaces the support-point control_variates and takes no paper_literal")
+        if snapshot is not None and (not isinstance(snapshot, (tuple, list)) or len(snapshot) != 2):
+            raise TypeError("snapshot must be None or the training data (X, y)")
         self.paper_literal = paper_literal
-        self.replacement, self.control_variates = replacement, control_variates
+        self.replacement, self.control_variates, self.snapshot = replacement, control_variates, snapshot
         self.refresh_every = checks.positive_int(refresh_every, "refresh_every")
+        self.snapshot_every = checks.positive_int(snapshot_every, "snapshot_every")
+
+    @property
+    def stateful(self):
+        """Whether the loss carries a state from step to step (control variates or a snapshot)."""
+        return self.control_variates is not None or self.snapshot is not None
+
+    def state_type(self):
+        """The class of the state between steps."""
+        return snapshot.Snapshot if self.snapshot is not None else control_variates.State
 
     @staticmethod
     def _owner(model, kwargs):
@@ -610,7 +688,8 @@ class QuadruplyStochasticELBO:
         """The estimate for the ``GPModel`` whose ``model`` method is given, drawn from ``key``
         (or ``drawn``: :meth:`draw`), reading the whole q tables or only ``gathered`` rows (see
         :func:`quadruply_stochastic_loss`); with control variates ``(estimate, new state)`` from ``state``."""
-        control = None if self.control_variates is None else (state, self.refresh_every)
+        every = self.snapshot_every if self.snapshot is not None else self.refresh_every
+        control = (state, every) if self.stateful else None
         return quadruply_stochastic_loss(self._owner(model, kwargs), X, y, key, self.num_basis, self.num_columns,
                                          self.replacement, control, drawn, gathered, self.paper_literal)
 
@@ -632,7 +711,10 @@ class QuadruplyStochasticELBO:
         return tuple(f"{prior.name}.{table}" for table in names)
 
     def initial_state(self, model, X, y):
-        """The control variates' first state at the model's current values (None without them)."""
+        """The state of the control variates (or the snapshot) before the first step (None
+        without them)."""
+        if self.snapshot is not None:
+            return initial_snapshot_state(self._owner(model, {}), *self.snapshot)
         if self.control_variates is None:
             return None
         return initial_control_state(self._owner(model, {}), X, y, self.control_variates, self.num_basis)
