@@ -466,27 +466,39 @@ def test_fit_carries_and_resumes_the_control_variates_state(backend, tmp_path):
 def _float32_problem(lib, array, dtype, basis="fourier"):
     """A QSGP on 300 points of a sine over [0, 30] with m = 500 features, 2 dense columns; or on
     the kernel functions at every third point, the first repeated (coincident inputs), with the
-    dense ``S`` or the relevance vector machine's."""
+    dense ``S`` or the relevance vector machine's, or the whitened ones (``snapshot``: at every
+    point, the 300 points being all the data, for the snapshot control variate)."""
     X, y = _sine(300)
     X = 3 * X
     kernel = lib.RBF(lengthscale=array([2.0], dtype), variance=array(1.0, dtype))
     if basis == "fourier":
         prior = lib.QSGP(kernel, 500, 1, num_dense=2, seed=1)
     else:
-        Z = np.concatenate([X[:1], X[::3]])
+        Z = np.concatenate([X[:1], X[::1 if basis == "snapshot" else 3]])
         prior = lib.QSGP(kernel, inducing_points=array(Z, dtype), num_dense=2, relevance=basis == "relevance",
-                         whiten=basis == "whitened")
-    return lib.GPModel(prior, lib.Gaussian(variance=array(0.1, dtype)), num_data=3000), array(X, dtype), array(y, dtype)
+                         whiten=basis in ("whitened", "snapshot"))
+    num_data = len(X) if basis == "snapshot" else 3000
+    return lib.GPModel(prior, lib.Gaussian(variance=array(0.1, dtype)), num_data=num_data), array(X, dtype), \
+        array(y, dtype)
 
 
-@pytest.mark.parametrize("basis", ["fourier", "inducing", "whitened"])
+def _float32_loss(lib, basis, X, y):
+    """The loss with control variates on 40 rows, or with the snapshot of all the rows (taken at
+    the first step, so its full pass runs in the dtype too)."""
+    if basis == "snapshot":
+        return lib.QuadruplyStochasticELBO(num_basis=50, snapshot=(X, y))
+    return lib.QuadruplyStochasticELBO(num_basis=50, control_variates=X[:40])
+
+
+@pytest.mark.parametrize("basis", ["fourier", "inducing", "whitened", "snapshot"])
 @pytest.mark.parametrize("run", ["pyro", "numpyro-jit"])
 def test_float32_loss_and_gradients(run, basis):
     """The loss (with control variates, the Nystrom rows with a dense ``S``) on the same draws in
     float32 and float64: within 1e-4 of each other, each gradient within 2 % of its float64 norm
     (eager torch, compiled JAX); random Fourier features, and kernel functions at inputs with a
     coincident pair (the relevance vector machine's diagonal S reads as the features' does), and the
-    whitened ones (rows of the factor at the inputs that are Z's, a solve at the others)."""
+    whitened ones (rows of the factor at the inputs that are Z's, a solve at the others), with the
+    snapshot control variate too."""
     from backends import BACKENDS, xla_optimisations
 
     backend = BACKENDS[run.split("-")[0]]()
@@ -500,7 +512,7 @@ def test_float32_loss_and_gradients(run, basis):
             dtype = getattr(torch, name)
             array = lambda a, d: torch.as_tensor(np.asarray(a), dtype=d)  # noqa: E731
             model, X, y = _float32_problem(lib, array, dtype, basis)
-            loss = lib.QuadruplyStochasticELBO(num_basis=50, control_variates=X[:40])
+            loss = _float32_loss(lib, basis, X, y)
             named = dict(model.named_parameters())
             torch.manual_seed(0)
             value = loss(model.model, model.guide, X, y)
@@ -516,7 +528,7 @@ def test_float32_loss_and_gradients(run, basis):
             array = lambda a, d: jnp.asarray(np.asarray(a), dtype=d)  # noqa: E731
             with xla_optimisations(False):  # the set-up's eager operations: not what is compared
                 model, X, y = _float32_problem(lib, array, dtype, basis)
-                loss = lib.QuadruplyStochasticELBO(num_basis=50, control_variates=X[:40])
+                loss = _float32_loss(lib, basis, X, y)
                 with handlers.trace() as trace, handlers.seed(rng_seed=0):
                     model.model(X, y)
                 params = {k: s["value"] for k, s in trace.items() if s["type"] == "param"}
@@ -524,7 +536,7 @@ def test_float32_loss_and_gradients(run, basis):
                     state = loss.initial_state(model.model, X, y)
 
             def value(p):
-                return loss.loss_with_mutable_state(jax.random.PRNGKey(0), {**p, "control_variates": state},
+                return loss.loss_with_mutable_state(jax.random.PRNGKey(0), {**p, loss.STATE: state},
                                                     model.model, model.guide, X, y)["loss"]
 
             with xla_optimisations(name == "float32"):  # the float64 reference compiles faster
